@@ -1,0 +1,205 @@
+#include "cli_options.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+namespace sipllm::cli {
+
+const char* const kUsage =
+    "usage:\n"
+    "  sipllm run -m MODEL.gguf [-p PROMPT] [-n N] [options]   generate text\n"
+    "  sipllm info -m MODEL.gguf                               describe a model\n"
+    "  sipllm tokenize -m MODEL.gguf -p TEXT                   print token ids\n"
+    "  sipllm bench -m MODEL.gguf [options]                    profile streaming\n"
+    "\n"
+    "sampling (run):\n"
+    "  --temp T            temperature, 0 = greedy (default 0.8)\n"
+    "  --top-k K           (default 40)       --top-p P   (default 0.95)\n"
+    "  --min-p M           (default 0.05)     --repeat-penalty R (default 1.0)\n"
+    "  --repeat-last-n N   (default 64)       --seed S    (default random)\n"
+    "  --stop STRING       stop before STRING (repeatable)\n"
+    "  --logits-out FILE   write the float32 logits of every prompt position\n"
+    "                      (int32 n_positions, int32 n_vocab, then the rows)\n"
+    "\n"
+    "engine:\n"
+    "  --threads N         compute threads (default: all cores)\n"
+    "  --ctx N             context length (default: the model's)\n"
+    "  --backend B         sync | ring | mmap (default ring: pread + prefetch ring)\n"
+    "  --no-async          same as --backend sync\n"
+    "  --mmap              same as --backend mmap\n"
+    "  --buffers N         prefetch ring buffers (default 2)\n"
+    "  --budget BYTES      weight memory budget; 0 streams everything (default unlimited)\n"
+    "                      suffixes K, M, G (powers of 1024) are accepted\n"
+    "  --prefill-chunk N   positions per layer sweep (default 512)\n"
+    "  --throttle-mbps X   imitate storage of X MB/s      --latency-ms Y  per read\n"
+    "\n"
+    "bench:\n"
+    "  --prompt-tokens P   (default 128)      --gen-tokens G  (default 32)\n"
+    "  --per-token-prefill run the prompt one token at a time, for comparison\n"
+    "  --sweep-budget      decode tokens/s and peak memory across budgets\n";
+
+namespace {
+
+class ArgReader {
+ public:
+  explicit ArgReader(const std::vector<std::string>& args) : args_(args) {}
+  bool done() const { return i_ >= args_.size(); }
+  std::string next_flag() { return args_[i_++]; }
+  std::string value(const std::string& flag) {
+    if (i_ >= args_.size()) throw UsageError(flag + " needs a value");
+    return args_[i_++];
+  }
+
+ private:
+  const std::vector<std::string>& args_;
+  size_t i_ = 0;
+};
+
+long long parse_int(const std::string& flag, const std::string& text, long long min, long long max) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < min || v > max) {
+    throw UsageError(flag + ": '" + text + "' is not an integer in [" + std::to_string(min) + ", " +
+                     std::to_string(max) + "]");
+  }
+  return v;
+}
+
+double parse_double(const std::string& flag, const std::string& text, double min, double max) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(v >= min && v <= max)) {
+    throw UsageError(flag + ": '" + text + "' is not a number in [" + std::to_string(min) + ", " +
+                     std::to_string(max) + "]");
+  }
+  return v;
+}
+
+uint64_t parse_bytes(const std::string& flag, const std::string& text) {
+  std::string digits = text;
+  uint64_t scale = 1;
+  if (!digits.empty()) {
+    switch (digits.back()) {
+      case 'K': case 'k': scale = 1ull << 10; break;
+      case 'M': case 'm': scale = 1ull << 20; break;
+      case 'G': case 'g': scale = 1ull << 30; break;
+      default: break;
+    }
+    if (scale != 1) digits.pop_back();
+  }
+  const auto v = static_cast<uint64_t>(parse_int(flag, digits, 0, std::numeric_limits<long long>::max()));
+  if (v > std::numeric_limits<uint64_t>::max() / scale) throw UsageError(flag + ": '" + text + "' is too large");
+  return v * scale;
+}
+
+}  // namespace
+
+ParsedArgs parse_args(const std::string& command, const std::vector<std::string>& args) {
+  ParsedArgs p;
+  SamplingOptions& s = p.run.generate.sampling;
+  EngineOptions& e = p.common.engine;
+  bool have_prompt = false;
+  ArgReader r(args);
+  while (!r.done()) {
+    const std::string flag = r.next_flag();
+    if (flag == "-m" || flag == "--model") {
+      p.common.model = r.value(flag);
+    } else if (flag == "-p" || flag == "--prompt") {
+      p.run.prompt = r.value(flag);
+      have_prompt = true;
+    } else if (flag == "-n" || flag == "--n-predict") {
+      p.run.generate.max_tokens = static_cast<int>(parse_int(flag, r.value(flag), 0, 1 << 24));
+    } else if (flag == "--temp") {
+      s.temperature = static_cast<float>(parse_double(flag, r.value(flag), 0, 100));
+    } else if (flag == "--top-k") {
+      s.top_k = static_cast<int>(parse_int(flag, r.value(flag), 0, 1 << 30));
+    } else if (flag == "--top-p") {
+      s.top_p = static_cast<float>(parse_double(flag, r.value(flag), 1e-6, 1));
+    } else if (flag == "--min-p") {
+      s.min_p = static_cast<float>(parse_double(flag, r.value(flag), 0, 1));
+    } else if (flag == "--repeat-penalty") {
+      s.repeat_penalty = static_cast<float>(parse_double(flag, r.value(flag), 1e-3, 100));
+    } else if (flag == "--repeat-last-n") {
+      s.repeat_last_n = static_cast<int>(parse_int(flag, r.value(flag), -1, 1 << 30));
+    } else if (flag == "--seed") {
+      s.seed = static_cast<uint64_t>(parse_int(flag, r.value(flag), 0, std::numeric_limits<long long>::max()));
+    } else if (flag == "--stop") {
+      p.run.generate.stop.push_back(r.value(flag));
+    } else if (flag == "--logits-out") {
+      p.run.logits_out = r.value(flag);
+    } else if (flag == "--threads" || flag == "-t") {
+      e.threads = static_cast<int>(parse_int(flag, r.value(flag), 1, 1024));
+    } else if (flag == "--ctx" || flag == "-c") {
+      e.context_length = static_cast<int>(parse_int(flag, r.value(flag), 1, 1 << 24));
+    } else if (flag == "--backend") {
+      const std::string b = r.value(flag);
+      if (b == "sync") {
+        e.loader.mode = LoaderMode::kSync;
+      } else if (b == "ring") {
+        e.loader.mode = LoaderMode::kRing;
+      } else if (b == "mmap") {
+        p.common.backend = Backend::kMmap;
+      } else {
+        throw UsageError("--backend: '" + b + "' is not one of sync, ring, mmap");
+      }
+    } else if (flag == "--no-async") {
+      e.loader.mode = LoaderMode::kSync;
+    } else if (flag == "--mmap") {
+      p.common.backend = Backend::kMmap;
+    } else if (flag == "--buffers") {
+      e.loader.n_buffers = static_cast<int>(parse_int(flag, r.value(flag), 1, 64));
+    } else if (flag == "--budget") {
+      e.loader.memory_budget = parse_bytes(flag, r.value(flag));
+    } else if (flag == "--prefill-chunk") {
+      e.prefill_chunk = static_cast<int>(parse_int(flag, r.value(flag), 1, 1 << 20));
+    } else if (flag == "--throttle-mbps") {
+      p.common.throttle.bandwidth_mb_per_s = parse_double(flag, r.value(flag), 0.001, 1e6);
+    } else if (flag == "--latency-ms") {
+      p.common.throttle.latency_ms = parse_double(flag, r.value(flag), 0, 1e5);
+    } else if (flag == "--prompt-tokens") {
+      p.bench.prompt_tokens = static_cast<int>(parse_int(flag, r.value(flag), 1, 1 << 20));
+    } else if (flag == "--gen-tokens") {
+      p.bench.gen_tokens = static_cast<int>(parse_int(flag, r.value(flag), 0, 1 << 20));
+    } else if (flag == "--per-token-prefill") {
+      e.layer_major_prefill = false;
+    } else if (flag == "--sweep-budget") {
+      p.bench.sweep_budget = true;
+    } else {
+      throw UsageError("unknown option '" + flag + "' for '" + command + "'");
+    }
+  }
+  if (p.common.model.empty()) throw UsageError(command + " needs a model: -m MODEL.gguf");
+  if (command == "tokenize" && !have_prompt) throw UsageError("tokenize needs text: -p TEXT");
+  return p;
+}
+
+std::unique_ptr<Engine> open_engine(const CommonOptions& options) {
+  std::unique_ptr<WeightSource> source = options.backend == Backend::kMmap
+                                             ? open_mmap_source(options.model)
+                                             : open_file_source(options.model);
+  if (options.throttle.bandwidth_mb_per_s > 0 || options.throttle.latency_ms > 0) {
+    source = make_throttled_source(std::move(source), options.throttle);
+  }
+  return Engine::open(std::move(source), options.engine);
+}
+
+std::string format_stats_line(const GenerationStats& s, const CommonOptions& options) {
+  const char* backend = options.backend == Backend::kMmap ? "mmap"
+                        : options.engine.loader.mode == LoaderMode::kSync ? "sync"
+                                                                          : "ring";
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "prompt %d tok (%d reused) %.1f tok/s | generated %d tok %.1f tok/s | ttft %.1f ms | "
+                "%s, prefetch hits %llu misses %llu, read %.2f MB | stop: %s",
+                s.prompt_tokens, s.reused_tokens, s.prompt_tokens_per_s(), s.generated_tokens,
+                s.decode_tokens_per_s(), s.ttft_ms, backend,
+                static_cast<unsigned long long>(s.loader.prefetch_hits),
+                static_cast<unsigned long long>(s.loader.prefetch_misses),
+                static_cast<double>(s.loader.bytes_read + s.loader.embedding_bytes_read) / 1e6,
+                stop_reason_name(s.stop_reason));
+  return line;
+}
+
+}  // namespace sipllm::cli

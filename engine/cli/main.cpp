@@ -1,0 +1,117 @@
+// sipllm: the command-line client of the engine library.
+//
+//   sipllm run -m MODEL.gguf -p "PROMPT" -n N [sampling] [--logits-out FILE]
+//   sipllm info -m MODEL.gguf
+//   sipllm tokenize -m MODEL.gguf -p "TEXT"
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli_options.h"
+#include "sipllm/engine.h"
+
+namespace sipllm::cli {
+namespace {
+
+int run_info(const CommonOptions& common) {
+  auto engine = open_engine(common);
+  const ModelInfo& m = engine->info();
+  std::printf("file          %s (%llu bytes, GGUF v%u)\n", common.model.c_str(),
+              static_cast<unsigned long long>(m.file_bytes), m.gguf_version);
+  std::printf("architecture  %s%s%s\n", m.architecture.c_str(), m.name.empty() ? "" : "  name: ",
+              m.name.c_str());
+  std::printf("blocks        %d\n", m.n_layers);
+  std::printf("dim           %d (hidden %d)\n", m.dim, m.hidden_dim);
+  std::printf("heads         %d (kv heads %d, head dim %d)\n", m.n_heads, m.n_kv_heads, m.head_dim);
+  std::printf("vocab         %d\n", m.n_vocab);
+  std::printf("context       %d\n", m.context_length);
+  std::printf("rope          %d dims, freq base %g\n", m.rope_dims, static_cast<double>(m.rope_freq_base));
+  std::printf("rms eps       %g\n", static_cast<double>(m.rms_eps));
+  std::printf("output head   %s\n", m.tied_output ? "tied to token_embd" : "output.weight");
+  std::printf("weights       %llu bytes\n", static_cast<unsigned long long>(m.weight_bytes));
+  std::printf("tensors      ");
+  for (const auto& [type, count] : m.tensors_by_type) std::printf(" %s x%d", type.c_str(), count);
+  std::printf("\n");
+  std::printf("tokenizer     %s (bos %d, eos %d)\n", m.tokenizer.c_str(), m.bos, m.eos);
+  std::printf("chat template %s\n", m.chat_template.empty() ? "none" : "yes");
+  return 0;
+}
+
+int run_tokenize(const CommonOptions& common, const std::string& text) {
+  auto engine = open_engine(common);
+  const std::vector<int32_t> ids = engine->tokenize(text);
+  for (size_t i = 0; i < ids.size(); ++i) std::printf(i ? " %d" : "%d", ids[i]);
+  std::printf("\n");
+  return 0;
+}
+
+void write_logits(const std::string& path, const std::vector<float>& logits, int n_positions, int n_vocab) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw Error(ErrorKind::kIo, path + ": cannot open for writing");
+  const int32_t header[2] = {n_positions, n_vocab};
+  // The format is little-endian; so are all the platforms this builds for.
+  out.write(reinterpret_cast<const char*>(header), sizeof header);
+  out.write(reinterpret_cast<const char*>(logits.data()),
+            static_cast<std::streamsize>(logits.size() * sizeof(float)));
+  if (!out) throw Error(ErrorKind::kIo, path + ": write failed");
+}
+
+int run_generate(const CommonOptions& common, const RunOptions& run) {
+  auto engine = open_engine(common);
+  const std::vector<int32_t> prompt =
+      engine->tokenize(run.prompt, run.generate.add_special, run.generate.parse_special);
+  if (!run.logits_out.empty()) {
+    const std::vector<float> logits = engine->evaluate(prompt, /*all_positions=*/true);
+    write_logits(run.logits_out, logits, static_cast<int>(prompt.size()), engine->info().n_vocab);
+  }
+  std::fputs(run.prompt.c_str(), stdout);
+  std::fflush(stdout);
+  const GenerationStats stats =
+      engine->generate_tokens(prompt, run.generate, [](const TokenEvent& event) {
+        std::fputs(event.text.c_str(), stdout);
+        std::fflush(stdout);
+        return true;
+      });
+  std::printf("\n");
+  std::fflush(stdout);
+  std::fprintf(stderr, "%s\n", format_stats_line(stats, common).c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main_with_args(std::vector<std::string> args) {
+  if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+    std::fputs(kUsage, stdout);
+    return args.empty() ? 2 : 0;
+  }
+  const std::string command = args[0];
+  args.erase(args.begin());
+  ParsedArgs parsed = parse_args(command, args);
+  if (command == "info") return run_info(parsed.common);
+  if (command == "tokenize") return run_tokenize(parsed.common, parsed.run.prompt);
+  if (command == "run") return run_generate(parsed.common, parsed.run);
+  if (command == "bench") return run_bench(parsed.common, parsed.bench);
+  throw UsageError("unknown command '" + command + "'");
+}
+
+}  // namespace sipllm::cli
+
+int main(int argc, char** argv) {
+  try {
+    return sipllm::cli::main_with_args(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const sipllm::cli::UsageError& e) {
+    std::fprintf(stderr, "sipllm: %s\n(see sipllm --help)\n", e.what());
+    return 2;
+  } catch (const sipllm::Error& e) {
+    std::fprintf(stderr, "sipllm: %s error: %s\n", sipllm::error_kind_name(e.kind()), e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sipllm: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,190 @@
+// SipLLM: a llama-architecture GGUF inference engine that streams its weights.
+//
+//   auto engine = sipllm::Engine::open(sipllm::open_file_source("model.gguf"));
+//   sipllm::GenerateOptions options;
+//   options.max_tokens = 64;
+//   engine->generate("Once upon a time", options,
+//                    [](const sipllm::TokenEvent& e) { std::cout << e.text; return true; });
+//
+// An Engine holds one model and one conversation (its KV cache). Calls on one
+// Engine must come from one thread at a time, except cancel().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sipllm/error.h"
+#include "sipllm/weight_source.h"
+
+namespace sipllm {
+
+enum class LoaderMode {
+  kSync,  // the compute thread reads each unit itself; one streamed unit in memory
+  kRing,  // a prefetch thread loads the next units while the current computes
+};
+
+constexpr uint64_t kUnlimitedBudget = std::numeric_limits<uint64_t>::max();
+
+struct LoaderOptions {
+  LoaderMode mode = LoaderMode::kRing;
+  int n_buffers = 2;  // ring size, at least 1
+  // Bytes of weights kept in memory, ring included. Units stay resident in
+  // stream order while the budget lasts; the rest stream on every pass.
+  // 0 keeps nothing resident: only the ring (the minimum possible).
+  uint64_t memory_budget = kUnlimitedBudget;
+  // Streamed units are read in pieces of at most this many bytes, so that
+  // cancellation is prompt and progress is smooth.
+  size_t read_chunk_bytes = 4u << 20;
+};
+
+struct EngineOptions {
+  int threads = 0;  // compute threads; 0 means one per core
+  LoaderOptions loader;
+  // Prompt positions swept through each block per load; bounds activation
+  // scratch. Each chunk streams each block once.
+  int prefill_chunk = 512;
+  // false: run the prompt one token at a time (streams the model per token);
+  // only for comparison in benchmarks.
+  bool layer_major_prefill = true;
+  int context_length = 0;  // 0: the model's own
+};
+
+struct SamplingOptions {
+  float temperature = 0.8f;  // <= 0: greedy
+  int top_k = 40;            // <= 0: all tokens
+  float top_p = 0.95f;       // >= 1: off
+  float min_p = 0.05f;       // <= 0: off
+  float repeat_penalty = 1.0f;
+  int repeat_last_n = 64;
+  std::optional<uint64_t> seed;  // none: a random seed
+  // Added to the logits before sampling (e.g. -infinity bans a token).
+  std::map<int32_t, float> logit_bias;
+};
+
+struct GenerateOptions {
+  int max_tokens = 256;
+  SamplingOptions sampling;
+  std::vector<std::string> stop;  // generation ends before any of these
+  bool add_special = true;        // BOS/EOS as the model's metadata asks
+  bool parse_special = true;      // "<|im_start|>" in the prompt is a token
+};
+
+struct TokenEvent {
+  int32_t token;
+  std::string text;  // complete UTF-8 text this token finished (may be empty)
+};
+
+enum class StopReason { kEndOfText, kMaxTokens, kStopString, kCancelled, kCallback };
+const char* stop_reason_name(StopReason reason);
+
+// One load of one unit and its use, for timelines. Times in ms since the
+// loader started; 0 where a phase did not happen (a resident hit has no I/O).
+struct UnitEvent {
+  int unit = 0;
+  double io_start_ms = 0, io_end_ms = 0, prepare_end_ms = 0;
+  double compute_start_ms = 0, compute_end_ms = 0;
+  bool hit = false;       // ready when asked for
+  bool resident = false;  // served from resident memory
+};
+
+struct UnitCounters {
+  std::string name;
+  uint64_t loads = 0;
+  uint64_t bytes = 0;  // bytes one load reads
+  double io_ms = 0, prepare_ms = 0, compute_ms = 0, wait_ms = 0;
+  bool resident = false;
+};
+
+struct LoaderStats {
+  uint64_t prefetch_hits = 0;    // asked for a streamed unit that was ready
+  uint64_t prefetch_misses = 0;  // had to wait for (or, in sync mode, do) a load
+  uint64_t resident_hits = 0;
+  uint64_t units_loaded = 0;
+  uint64_t bytes_read = 0;            // unit bytes read from the source
+  uint64_t embedding_bytes_read = 0;  // embedding rows read from the source
+  double io_ms = 0, prepare_ms = 0, wait_ms = 0, compute_ms = 0;
+  uint64_t resident_bytes = 0;     // weights kept in memory for good
+  uint64_t ring_bytes = 0;         // buffers currently allocated for streaming
+  uint64_t peak_weight_bytes = 0;  // peak of resident + ring
+  int resident_units = 0;
+  int streamed_units = 0;
+  std::vector<UnitCounters> units;
+  std::vector<UnitEvent> timeline;  // since the last reset_counters()
+};
+
+struct GenerationStats {
+  int prompt_tokens = 0;    // tokens of the prompt
+  int reused_tokens = 0;    // of those, already in the KV cache
+  int generated_tokens = 0;
+  double prompt_ms = 0;     // prefill of the new prompt tokens
+  double decode_ms = 0;
+  double ttft_ms = 0;       // from the call to the first generated token
+  double prompt_tokens_per_s() const;
+  double decode_tokens_per_s() const;
+  StopReason stop_reason = StopReason::kMaxTokens;
+  uint64_t prefill_bytes_read = 0;
+  uint64_t decode_bytes_read = 0;
+  size_t kv_cache_bytes = 0;
+  LoaderStats loader;  // this request's loader counters
+};
+
+struct ModelInfo {
+  std::string architecture;
+  std::string name;
+  int n_layers = 0, dim = 0, hidden_dim = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  int n_vocab = 0, context_length = 0, rope_dims = 0;
+  float rms_eps = 0, rope_freq_base = 0;
+  uint32_t gguf_version = 0;
+  uint64_t file_bytes = 0;
+  uint64_t weight_bytes = 0;
+  bool tied_output = false;
+  std::map<std::string, int> tensors_by_type;  // "Q8_0" -> count
+  std::string tokenizer;                       // tokenizer kind
+  int32_t bos = -1, eos = -1;
+  std::string chat_template;  // tokenizer.chat_template, empty when absent
+};
+
+class Engine {
+ public:
+  using TokenCallback = std::function<bool(const TokenEvent&)>;  // false stops
+
+  // Reads the header and prepares the loader; weights stream later.
+  static std::unique_ptr<Engine> open(std::unique_ptr<WeightSource> source,
+                                      const EngineOptions& options = {});
+  virtual ~Engine() = default;
+
+  virtual const ModelInfo& info() const = 0;
+  virtual std::vector<int32_t> tokenize(std::string_view text, bool add_special = true,
+                                        bool parse_special = true) const = 0;
+  virtual std::string detokenize(const std::vector<int32_t>& tokens) const = 0;
+
+  // Continues the conversation: the part of `prompt`'s tokens already in the
+  // KV cache is reused, the rest is prefilled, then tokens are sampled.
+  virtual GenerationStats generate(std::string_view prompt, const GenerateOptions& options,
+                                   const TokenCallback& on_token) = 0;
+  virtual GenerationStats generate_tokens(const std::vector<int32_t>& prompt,
+                                          const GenerateOptions& options,
+                                          const TokenCallback& on_token) = 0;
+
+  // Brings the KV cache to exactly `tokens` (reusing the common prefix) and
+  // returns the logits of the last one; with all_positions, the logits of every
+  // position that was evaluated, row after row.
+  virtual std::vector<float> evaluate(const std::vector<int32_t>& tokens,
+                                      bool all_positions = false) = 0;
+
+  // Tokens whose keys and values are in the cache.
+  virtual const std::vector<int32_t>& cached_tokens() const = 0;
+  virtual void reset() = 0;   // forget the conversation
+  virtual void cancel() = 0;  // from any thread: the running call stops soon
+  virtual LoaderStats loader_stats() const = 0;
+  virtual size_t kv_cache_bytes() const = 0;
+};
+
+}  // namespace sipllm

@@ -1,0 +1,60 @@
+// WeightSource: the one seam between the model's bytes and the math.
+//
+// The engine reads a model file only through this interface: the GGUF header,
+// each transformer block, embedding rows. Backends differ in where the bytes
+// live (a file, a memory map, a buffer, the network) and are chosen for the
+// storage profile, never for correctness: every backend yields the same bytes,
+// so every backend yields the same logits.
+//
+// read() may block (a disk seek, an HTTP range request); it is called from the
+// loader's prefetch thread as well as the compute thread, so implementations
+// must allow concurrent calls.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sipllm {
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+
+  // Total size of the file in bytes.
+  virtual uint64_t size() const = 0;
+
+  // Copies exactly `length` bytes starting at `offset` into `dst`, or throws
+  // sipllm::Error (kIo or kNetwork) naming the offset. Never returns short.
+  virtual void read(uint64_t offset, void* dst, size_t length) = 0;
+
+  // Where the bytes come from (a path or URL), for error messages.
+  virtual std::string describe() const = 0;
+};
+
+// pread() on a file descriptor: one system call per read, no caching of its own.
+std::unique_ptr<WeightSource> open_file_source(const std::string& path);
+
+// A read-only memory map. Reads still copy out of the mapping; what the map buys
+// is the OS page cache's readahead and buffering.
+std::unique_ptr<WeightSource> open_mmap_source(const std::string& path);
+
+// The bytes are already in memory (tests, or a file the caller fetched whole).
+std::unique_ptr<WeightSource> make_memory_source(std::vector<uint8_t> bytes,
+                                                 std::string name = "memory");
+
+// Imitates slow storage or a network around any source: each read waits
+// `latency_ms` (times a random factor in [1 - jitter, 1 + jitter] from a seeded
+// generator) plus length / bandwidth. A bandwidth of 0 means unlimited.
+struct ThrottleOptions {
+  double bandwidth_mb_per_s = 0;  // MB = 1e6 bytes
+  double latency_ms = 0;
+  double jitter = 0;              // 0..1
+  uint64_t seed = 1;
+};
+std::unique_ptr<WeightSource> make_throttled_source(std::unique_ptr<WeightSource> inner,
+                                                    const ThrottleOptions& options);
+
+}  // namespace sipllm

@@ -1,0 +1,60 @@
+// What a llama-architecture GGUF file holds: hyper-parameters from metadata
+// and, for each transformer block and the output head, which tensors make it
+// up and where their bytes lie. Built once from the header and checked against
+// itself, so later stages can trust every shape.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gguf.h"
+
+namespace sipllm {
+
+struct LlamaConfig {
+  int dim = 0;           // llama.embedding_length
+  int n_layers = 0;      // llama.block_count
+  int n_heads = 0;       // llama.attention.head_count
+  int n_kv_heads = 0;    // llama.attention.head_count_kv (default n_heads)
+  int head_dim = 0;      // dim / n_heads
+  int hidden_dim = 0;    // llama.feed_forward_length
+  int n_vocab = 0;       // rows of token_embd
+  int context_length = 0;
+  float rms_eps = 1e-5f;
+  float rope_freq_base = 10000.0f;
+  int rope_dims = 0;     // llama.rope.dimension_count (default head_dim)
+
+  int kv_dim() const { return n_kv_heads * head_dim; }
+};
+
+// One stream unit: a transformer block, or the output head (final norm and
+// output matrix). Its tensors are read from the file together.
+struct UnitTensors {
+  std::string name;                            // "block 3" or "output head"
+  std::vector<const GgufTensorInfo*> tensors;  // in the order the unit's weights list them
+  uint64_t bytes = 0;                          // sum of the tensors' bytes
+};
+
+struct ModelLayout {
+  LlamaConfig config;
+  std::string architecture;
+  std::string name;  // general.name, may be empty
+  const GgufTensorInfo* token_embd = nullptr;
+  // Units 0 .. n_layers-1 are the blocks; unit n_layers is the output head.
+  // A block lists attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm,
+  // ffn_gate, ffn_up, ffn_down; the head lists output_norm, output (which is
+  // token_embd itself when the file ties them).
+  std::vector<UnitTensors> units;
+  bool tied_output = false;
+
+  int head_unit() const { return config.n_layers; }
+  uint64_t weight_bytes() const;  // every unit plus the embedding table, once
+};
+
+// Throws Error: kUnsupported for another architecture, kFormat naming the key
+// or tensor for missing keys, missing tensors and shapes that contradict the
+// hyper-parameters.
+ModelLayout describe_llama_model(const GgufFile& file);
+
+}  // namespace sipllm

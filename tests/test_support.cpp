@@ -1,0 +1,63 @@
+#include "test_support.h"
+
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "gguf.h"
+
+namespace sipllm::test {
+
+std::string model_path(const std::string& relative) {
+  return std::string(SIPLLM_MODELS_DIR) + "/" + relative;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+GgufWriter random_llama_writer(const std::string& shape, TensorType type, uint64_t seed) {
+  auto vocab_source = open_file_source(model_path("stories260K.gguf"));
+  const GgufFile vocab = GgufFile::parse(*vocab_source);
+  GeneratorOptions options;
+  options.shape = named_model_shape(shape);
+  options.type = type;
+  options.seed = seed;
+  GgufWriter writer;
+  build_random_llama(vocab, options, writer);
+  return writer;
+}
+
+std::vector<uint8_t> random_llama_bytes(const std::string& shape, TensorType type, uint64_t seed) {
+  return random_llama_writer(shape, type, seed).to_bytes();
+}
+
+GenerateOptions greedy(int max_tokens) {
+  GenerateOptions options;
+  options.max_tokens = max_tokens;
+  options.sampling.temperature = 0;
+  return options;
+}
+
+std::string generate_text(Engine& engine, const std::vector<int32_t>& prompt,
+                          const GenerateOptions& options, GenerationStats* stats) {
+  std::string text;
+  GenerationStats s = engine.generate_tokens(prompt, options, [&](const TokenEvent& e) {
+    text += e.text;
+    return true;
+  });
+  if (stats != nullptr) *stats = s;
+  return text;
+}
+
+std::string generate_text(Engine& engine, const std::string& prompt, const GenerateOptions& options,
+                          GenerationStats* stats) {
+  return generate_text(engine, engine.tokenize(prompt, options.add_special, options.parse_special),
+                       options, stats);
+}
+
+}  // namespace sipllm::test

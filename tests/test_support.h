@@ -1,0 +1,37 @@
+// Shared helpers for the test suite: where the fixture models are, and small
+// generated models built in memory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gguf_writer.h"
+#include "model_generator.h"
+#include "sipllm/engine.h"
+
+namespace sipllm::test {
+
+// Path of a file under ../shared/models.
+std::string model_path(const std::string& relative);
+
+// Reads a whole file into a string (throws on failure).
+std::string read_file(const std::string& path);
+
+// A random-weight llama in `shape` with the stories260K vocabulary.
+GgufWriter random_llama_writer(const std::string& shape = "tiny",
+                               TensorType type = TensorType::kF32, uint64_t seed = 7);
+std::vector<uint8_t> random_llama_bytes(const std::string& shape = "tiny",
+                                        TensorType type = TensorType::kF32, uint64_t seed = 7);
+
+// Greedy sampling options.
+GenerateOptions greedy(int max_tokens);
+
+// Runs generation and returns the concatenated text.
+std::string generate_text(Engine& engine, const std::string& prompt, const GenerateOptions& options,
+                          GenerationStats* stats = nullptr);
+std::string generate_text(Engine& engine, const std::vector<int32_t>& prompt,
+                          const GenerateOptions& options, GenerationStats* stats = nullptr);
+
+}  // namespace sipllm::test
