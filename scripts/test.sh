@@ -1,7 +1,13 @@
 #!/bin/sh
-# Runs every test: installs what is missing, builds, runs the native suite.
+# Runs every test: installs what is missing, builds, runs the suites.
 set -eu
 cd "$(dirname "$0")/.."
 scripts/setup.sh all
 scripts/build-native.sh
 ctest --test-dir build/native --output-on-failure -j2
+
+# The loader's threads again under ThreadSanitizer: races fail the run.
+cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIPLLM_SANITIZE=thread > /dev/null
+cmake --build build/tsan --target sipllm_tests
+TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/sipllm_tests --gtest_brief=1 \
+  --gtest_filter='Streaming*:LoaderStress*:Engine.Cancel*'

@@ -1,9 +1,162 @@
+// sipllm bench: the streaming profiler.
+//
+// Runs a prompt of random tokens and a greedy generation, then prints per-unit
+// I/O, prepare and compute time, prefetch hits and misses, bytes streamed in
+// prefill and decode, time to first token, speeds and peak memory. With
+// --sweep-budget, repeats the run across memory budgets from 0 to the model
+// size and prints decode speed and memory for each.
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
 #include "cli_options.h"
 
 namespace sipllm::cli {
+namespace {
 
-int run_bench(const CommonOptions&, const BenchOptions&) {
-  throw UsageError("bench is not available yet");
+// Peak resident set size of this process, from /proc (0 where unavailable).
+uint64_t peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+// Restarts the kernel's peak-RSS tracking, so each sweep row measures its own.
+void reset_peak_rss() {
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";
+}
+
+std::vector<int32_t> bench_prompt(const Engine& engine, int n) {
+  // Seeded random ids, skipping the first few (control tokens in most vocabs).
+  std::vector<int32_t> tokens;
+  const ModelInfo& m = engine.info();
+  if (m.bos >= 0) tokens.push_back(m.bos);
+  uint64_t state = 42;
+  while (static_cast<int>(tokens.size()) < n) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    tokens.push_back(static_cast<int32_t>(3 + (state >> 33) % static_cast<uint64_t>(m.n_vocab - 3)));
+  }
+  return tokens;
+}
+
+double mb(uint64_t bytes) { return static_cast<double>(bytes) / 1e6; }
+
+GenerationStats run_once(Engine& engine, const BenchOptions& bench) {
+  GenerateOptions options;
+  options.max_tokens = bench.gen_tokens;
+  options.sampling.temperature = 0;
+  engine.reset();
+  return engine.generate_tokens(bench_prompt(engine, bench.prompt_tokens), options,
+                                [](const TokenEvent&) { return true; });
+}
+
+void print_report(const GenerationStats& s, const Engine& engine, const CommonOptions& common) {
+  const LoaderStats& l = s.loader;
+  std::printf("\n%-14s %6s %10s %10s %10s %10s %10s\n", "unit", "loads", "MB/load", "io ms",
+              "prepare ms", "compute ms", "wait ms");
+  for (const UnitCounters& u : l.units) {
+    std::printf("%-14s %6llu %10.3f %10.2f %10.2f %10.2f %10.2f%s\n", u.name.c_str(),
+                static_cast<unsigned long long>(u.loads), mb(u.bytes), u.io_ms, u.prepare_ms,
+                u.compute_ms, u.wait_ms, u.resident ? "  (resident)" : "");
+  }
+  std::printf("%-14s %6llu %10s %10.2f %10.2f %10.2f %10.2f\n", "total",
+              static_cast<unsigned long long>(l.units_loaded), "", l.io_ms, l.prepare_ms,
+              l.compute_ms, l.wait_ms);
+
+  const int prefill_tokens = s.prompt_tokens - s.reused_tokens;
+  std::printf("\nprefetch          hits %llu, misses %llu, resident hits %llu\n",
+              static_cast<unsigned long long>(l.prefetch_hits),
+              static_cast<unsigned long long>(l.prefetch_misses),
+              static_cast<unsigned long long>(l.resident_hits));
+  std::printf("streamed          prefill %.3f MB (%d tokens), decode %.3f MB (%d tokens, %.3f MB/token), "
+              "embedding rows %.3f MB\n",
+              mb(s.prefill_bytes_read), prefill_tokens, mb(s.decode_bytes_read), s.generated_tokens,
+              s.generated_tokens > 1 ? mb(s.decode_bytes_read) / (s.generated_tokens - 1) : 0.0,
+              mb(l.embedding_bytes_read));
+  std::printf("time to first    %.1f ms\n", s.ttft_ms);
+  std::printf("prefill           %.1f tokens/s (%.1f ms)\n", s.prompt_tokens_per_s(), s.prompt_ms);
+  std::printf("decode            %.2f tokens/s (%.1f ms for %d tokens, %.2f ms/token)\n",
+              s.decode_tokens_per_s(), s.decode_ms, s.generated_tokens,
+              s.generated_tokens > 1 ? s.decode_ms / (s.generated_tokens - 1) : 0.0);
+  std::printf("weights in memory resident %.3f MB (%d units), ring %.3f MB (%d streamed units), peak %.3f MB\n",
+              mb(l.resident_bytes), l.resident_units, mb(l.ring_bytes), l.streamed_units,
+              mb(l.peak_weight_bytes));
+  std::printf("KV cache          %.3f MB\n", mb(s.kv_cache_bytes));
+  std::printf("peak RSS          %.1f MB\n", mb(peak_rss_bytes()));
+  (void)engine;
+  (void)common;
+}
+
+int run_sweep(const CommonOptions& common, const BenchOptions& bench) {
+  // Budgets from "stream everything" to "everything resident", in equal steps
+  // of the model's weight bytes.
+  uint64_t model_bytes = 0;
+  {
+    auto probe = open_engine(common);
+    model_bytes = probe->info().weight_bytes;
+  }
+  std::printf("%14s %10s %10s %12s %12s %14s %12s\n", "budget MB", "resident", "streamed",
+              "decode tok/s", "prefill tok/s", "MB/token", "peak RSS MB");
+  for (int step = 0; step <= bench.sweep_steps; ++step) {
+    CommonOptions options = common;
+    options.engine.loader.memory_budget =
+        step == bench.sweep_steps ? kUnlimitedBudget : model_bytes * static_cast<uint64_t>(step) / bench.sweep_steps;
+    reset_peak_rss();
+    std::unique_ptr<Engine> engine;
+    try {
+      engine = open_engine(options);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kOutOfBudget) throw;
+      std::printf("%14.2f  %s\n", mb(options.engine.loader.memory_budget), e.what());
+      continue;
+    }
+    run_once(*engine, bench);  // first pass: loads what stays resident
+    const GenerationStats s = run_once(*engine, bench);
+    const double budget_mb = step == bench.sweep_steps ? mb(model_bytes) : mb(options.engine.loader.memory_budget);
+    std::printf("%14.2f %10d %10d %12.2f %12.1f %14.3f %12.1f\n", budget_mb, s.loader.resident_units,
+                s.loader.streamed_units, s.decode_tokens_per_s(), s.prompt_tokens_per_s(),
+                s.generated_tokens > 1 ? mb(s.decode_bytes_read) / (s.generated_tokens - 1) : 0.0,
+                mb(peak_rss_bytes()));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_bench(const CommonOptions& common, const BenchOptions& bench) {
+  {
+    auto engine = open_engine(common);
+    const ModelInfo& m = engine->info();
+    const LoaderOptions& l = common.engine.loader;
+    std::printf("model     %s: %d blocks, dim %d, %s, %.1f MB of weights\n", common.model.c_str(),
+                m.n_layers, m.dim, m.tensors_by_type.size() == 1 ? m.tensors_by_type.begin()->first.c_str() : "mixed types",
+                mb(m.weight_bytes));
+    std::printf("loader    %s, %d buffers, budget %s, %s prefill (chunk %d), %d threads\n",
+                common.backend == Backend::kMmap ? "mmap + ring"
+                : l.mode == LoaderMode::kSync    ? "sync (pread, one buffer)"
+                                                 : "ring (pread + prefetch thread)",
+                l.mode == LoaderMode::kSync ? 1 : l.n_buffers,
+                l.memory_budget == kUnlimitedBudget ? "unlimited" : (std::to_string(l.memory_budget) + " bytes").c_str(),
+                common.engine.layer_major_prefill ? "layer-major" : "per-token",
+                common.engine.prefill_chunk, common.engine.threads);
+    if (common.throttle.bandwidth_mb_per_s > 0 || common.throttle.latency_ms > 0) {
+      std::printf("throttle  %.1f MB/s, %.1f ms latency per read\n", common.throttle.bandwidth_mb_per_s,
+                  common.throttle.latency_ms);
+    }
+    std::printf("run       %d prompt tokens, %d generated (greedy)\n", bench.prompt_tokens, bench.gen_tokens);
+    if (!bench.sweep_budget) {
+      const GenerationStats s = run_once(*engine, bench);
+      print_report(s, *engine, common);
+      return 0;
+    }
+  }
+  return run_sweep(common, bench);
 }
 
 }  // namespace sipllm::cli

@@ -3,6 +3,8 @@
 //   sipllm run -m MODEL.gguf -p "PROMPT" -n N [sampling] [--logits-out FILE]
 //   sipllm info -m MODEL.gguf
 //   sipllm tokenize -m MODEL.gguf -p "TEXT"
+//   sipllm bench -m MODEL.gguf [loader and run options]
+//   sipllm gen --shape NAME --type TYPE --vocab VOCAB.gguf -o OUT.gguf
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +15,7 @@
 
 #include "cli_options.h"
 #include "sipllm/engine.h"
+#include "sipllm/random_model.h"
 
 namespace sipllm::cli {
 namespace {
@@ -82,6 +85,36 @@ int run_generate(const CommonOptions& common, const RunOptions& run) {
   return 0;
 }
 
+// sipllm gen --shape NAME --type TYPE --vocab VOCAB.gguf [--seed S] -o OUT.gguf
+int run_gen(const std::vector<std::string>& args) {
+  RandomModelSpec spec;
+  std::string out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& flag = args[i];
+    if (i + 1 >= args.size()) throw UsageError(flag + " needs a value");
+    const std::string& value = args[++i];
+    if (flag == "--shape") {
+      spec.shape = value;
+    } else if (flag == "--type") {
+      spec.type = value;
+    } else if (flag == "--vocab") {
+      spec.vocab_path = value;
+    } else if (flag == "--seed") {
+      spec.seed = std::stoull(value);
+    } else if (flag == "-o" || flag == "--out") {
+      out = value;
+    } else {
+      throw UsageError("unknown option '" + flag + "' for 'gen'");
+    }
+  }
+  if (out.empty() || spec.vocab_path.empty()) {
+    throw UsageError("gen needs --vocab VOCAB.gguf and -o OUT.gguf");
+  }
+  write_random_model(spec, out);
+  std::printf("wrote %s (%s, %s)\n", out.c_str(), spec.shape.c_str(), spec.type.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main_with_args(std::vector<std::string> args) {
@@ -91,6 +124,7 @@ int main_with_args(std::vector<std::string> args) {
   }
   const std::string command = args[0];
   args.erase(args.begin());
+  if (command == "gen") return run_gen(args);
   ParsedArgs parsed = parse_args(command, args);
   if (command == "info") return run_info(parsed.common);
   if (command == "tokenize") return run_tokenize(parsed.common, parsed.run.prompt);

@@ -122,7 +122,7 @@ class EngineImpl final : public Engine {
     stats.reused_tokens = sync_cache(prompt, logits, false, &stats.stop_reason);
     if (stats.stop_reason == StopReason::kCancelled) return finish(stats);
     stats.prompt_ms = ms_since(start);
-    stats.prefill_bytes_read = loader_.stats().bytes_read;
+    stats.prefill_bytes_read = loader_.stats().bytes_consumed;
 
     TextDecoder decoder(*tokenizer_);
     for (int32_t t : prompt) decoder.push(t);  // context for spacing and split characters
@@ -227,7 +227,7 @@ class EngineImpl final : public Engine {
   GenerationStats finish(GenerationStats& stats) {
     loader_.set_continuation(false);
     stats.loader = loader_.stats();
-    stats.decode_bytes_read = stats.loader.bytes_read - stats.prefill_bytes_read;
+    stats.decode_bytes_read = stats.loader.bytes_consumed - stats.prefill_bytes_read;
     stats.kv_cache_bytes = cache_.allocated_bytes();
     return stats;
   }

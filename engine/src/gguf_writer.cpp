@@ -61,7 +61,7 @@ GgufWriter::GgufWriter(uint32_t version, uint64_t alignment) : version_(version)
   if (alignment != 32) set_uint32("general.alignment", static_cast<uint32_t>(alignment));
 }
 
-void GgufWriter::set_encoded(const std::string& key, std::vector<uint8_t> encoded) {
+void GgufWriter::store_encoded(const std::string& key, std::vector<uint8_t> encoded) {
   for (Entry& e : entries_) {
     if (e.key == key) {
       e.encoded = std::move(encoded);
@@ -80,65 +80,75 @@ void GgufWriter::remove(const std::string& key) {
   }
 }
 
-#define SIPLLM_SCALAR_SETTER(method, ctype, gtype)              \
-  void GgufWriter::method(const std::string& key, ctype v) {    \
-    std::vector<uint8_t> e;                                     \
-    put_type(e, gtype);                                         \
-    put<ctype>(e, v);                                           \
-    set_encoded(key, std::move(e));                             \
-  }
-SIPLLM_SCALAR_SETTER(set_uint32, uint32_t, GgufType::kUint32)
-SIPLLM_SCALAR_SETTER(set_int32, int32_t, GgufType::kInt32)
-SIPLLM_SCALAR_SETTER(set_uint64, uint64_t, GgufType::kUint64)
-SIPLLM_SCALAR_SETTER(set_float32, float, GgufType::kFloat32)
-#undef SIPLLM_SCALAR_SETTER
-
-void GgufWriter::set_bool(const std::string& key, bool v) {
+template <typename T>
+GgufWriter& GgufWriter::set_scalar(const std::string& key, GgufType type, T v) {
   std::vector<uint8_t> e;
-  put_type(e, GgufType::kBool);
-  put<uint8_t>(e, v ? 1 : 0);
-  set_encoded(key, std::move(e));
+  put_type(e, type);
+  put<T>(e, v);
+  store_encoded(key, std::move(e));
+  return *this;
 }
 
-void GgufWriter::set_string(const std::string& key, const std::string& v) {
+GgufWriter& GgufWriter::set_uint32(const std::string& key, uint32_t v) {
+  return set_scalar(key, GgufType::kUint32, v);
+}
+GgufWriter& GgufWriter::set_int32(const std::string& key, int32_t v) {
+  return set_scalar(key, GgufType::kInt32, v);
+}
+GgufWriter& GgufWriter::set_uint64(const std::string& key, uint64_t v) {
+  return set_scalar(key, GgufType::kUint64, v);
+}
+GgufWriter& GgufWriter::set_float32(const std::string& key, float v) {
+  return set_scalar(key, GgufType::kFloat32, v);
+}
+GgufWriter& GgufWriter::set_bool(const std::string& key, bool v) {
+  return set_scalar(key, GgufType::kBool, static_cast<uint8_t>(v ? 1 : 0));
+}
+
+GgufWriter& GgufWriter::set_string(const std::string& key, const std::string& v) {
   std::vector<uint8_t> e;
   put_type(e, GgufType::kString);
   put_string(e, v);
-  set_encoded(key, std::move(e));
+  store_encoded(key, std::move(e));
+  return *this;
 }
 
-void GgufWriter::set_string_array(const std::string& key, const std::vector<std::string>& v) {
+GgufWriter& GgufWriter::set_string_array(const std::string& key, const std::vector<std::string>& v) {
   std::vector<uint8_t> e;
   put_type(e, GgufType::kArray);
   put_type(e, GgufType::kString);
   put<uint64_t>(e, v.size());
   for (const std::string& s : v) put_string(e, s);
-  set_encoded(key, std::move(e));
+  store_encoded(key, std::move(e));
+  return *this;
 }
 
-void GgufWriter::set_float32_array(const std::string& key, const std::vector<float>& v) {
+GgufWriter& GgufWriter::set_float32_array(const std::string& key, const std::vector<float>& v) {
   std::vector<uint8_t> e;
   put_type(e, GgufType::kArray);
   put_type(e, GgufType::kFloat32);
   put<uint64_t>(e, v.size());
   for (float f : v) put<float>(e, f);
-  set_encoded(key, std::move(e));
+  store_encoded(key, std::move(e));
+  return *this;
 }
 
-void GgufWriter::set_int32_array(const std::string& key, const std::vector<int32_t>& v) {
+GgufWriter& GgufWriter::set_int32_array(const std::string& key, const std::vector<int32_t>& v) {
   std::vector<uint8_t> e;
   put_type(e, GgufType::kArray);
   put_type(e, GgufType::kInt32);
   put<uint64_t>(e, v.size());
   for (int32_t i : v) put<int32_t>(e, i);
-  set_encoded(key, std::move(e));
+  store_encoded(key, std::move(e));
+  return *this;
 }
 
-void GgufWriter::set_value(const std::string& key, const GgufValue& v) {
+GgufWriter& GgufWriter::set_value(const std::string& key, const GgufValue& v) {
   std::vector<uint8_t> e;
   put_type(e, v.type);
   put_value(e, v);
-  set_encoded(key, std::move(e));
+  store_encoded(key, std::move(e));
+  return *this;
 }
 
 void GgufWriter::add_tensor(const std::string& name, const std::vector<uint64_t>& dims,

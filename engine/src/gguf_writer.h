@@ -17,17 +17,17 @@ class GgufWriter {
  public:
   explicit GgufWriter(uint32_t version = 3, uint64_t alignment = 32);
 
-  void set_uint32(const std::string& key, uint32_t v);
-  void set_int32(const std::string& key, int32_t v);
-  void set_uint64(const std::string& key, uint64_t v);
-  void set_float32(const std::string& key, float v);
-  void set_bool(const std::string& key, bool v);
-  void set_string(const std::string& key, const std::string& v);
-  void set_string_array(const std::string& key, const std::vector<std::string>& v);
-  void set_float32_array(const std::string& key, const std::vector<float>& v);
-  void set_int32_array(const std::string& key, const std::vector<int32_t>& v);
+  GgufWriter& set_uint32(const std::string& key, uint32_t v);
+  GgufWriter& set_int32(const std::string& key, int32_t v);
+  GgufWriter& set_uint64(const std::string& key, uint64_t v);
+  GgufWriter& set_float32(const std::string& key, float v);
+  GgufWriter& set_bool(const std::string& key, bool v);
+  GgufWriter& set_string(const std::string& key, const std::string& v);
+  GgufWriter& set_string_array(const std::string& key, const std::vector<std::string>& v);
+  GgufWriter& set_float32_array(const std::string& key, const std::vector<float>& v);
+  GgufWriter& set_int32_array(const std::string& key, const std::vector<int32_t>& v);
   // Copies a value read from another file (any type, arrays included).
-  void set_value(const std::string& key, const GgufValue& v);
+  GgufWriter& set_value(const std::string& key, const GgufValue& v);
   void remove(const std::string& key);
 
   // Produces a tensor's bytes when the file is written, so generated models
@@ -55,7 +55,9 @@ class GgufWriter {
     uint64_t bytes;
     Producer produce;
   };
-  void set_encoded(const std::string& key, std::vector<uint8_t> encoded);
+  void store_encoded(const std::string& key, std::vector<uint8_t> encoded);
+  template <typename T>
+  GgufWriter& set_scalar(const std::string& key, GgufType type, T v);
   void write(const std::function<void(const uint8_t*, size_t)>& sink) const;
 
   uint32_t version_;

@@ -32,7 +32,9 @@ void dequantize_matrix_row(const WeightMatrix& w, int row, float* out) {
                  static_cast<size_t>(w.cols));
 }
 
-void matmul(const WeightMatrix& w, const float* x, int n_positions, float* y, ThreadPool& pool) {
+void matmul(const WeightMatrix& w, const float* x, int n_positions, float* y, ThreadPool& pool,
+            int y_stride) {
+  const size_t stride = static_cast<size_t>(y_stride > 0 ? y_stride : w.rows);
   const size_t grain = 16;
   pool.parallel_for(static_cast<size_t>(w.rows), grain, [&](size_t begin, size_t end, int) {
     std::vector<float> row(static_cast<size_t>(w.cols));
@@ -45,7 +47,7 @@ void matmul(const WeightMatrix& w, const float* x, int n_positions, float* y, Th
         wr = row.data();
       }
       for (int p = 0; p < n_positions; ++p) {
-        y[static_cast<size_t>(p) * w.rows + r] =
+        y[static_cast<size_t>(p) * stride + r] =
             dot_f32(wr, x + static_cast<size_t>(p) * w.cols, w.cols);
       }
     }

@@ -24,10 +24,11 @@ struct WeightMatrix {
   size_t row_bytes = 0;
 };
 
-// y[p][r] = dot(W[r], x[p]) for p < n_positions; x is n_positions x cols,
-// y is n_positions x rows, both row-major. Rows are split across the pool;
-// each weight row is read once for all positions.
-void matmul(const WeightMatrix& w, const float* x, int n_positions, float* y, ThreadPool& pool);
+// y[p * y_stride + r] = dot(W[r], x[p]) for p < n_positions; x is
+// n_positions x cols, row-major. y_stride defaults to w.rows. Rows are split
+// across the pool; each weight row is read once for all positions.
+void matmul(const WeightMatrix& w, const float* x, int n_positions, float* y, ThreadPool& pool,
+            int y_stride = 0);
 
 // Copies row `row` of `w` out as floats.
 void dequantize_matrix_row(const WeightMatrix& w, int row, float* out);

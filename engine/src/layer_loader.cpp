@@ -18,7 +18,7 @@ constexpr size_t kMaxTimelineEvents = 1 << 14;
 size_t align_up(size_t n) { return (n + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment; }
 
 bool is_vector_slot(const ModelLayout& layout, int unit, size_t index) {
-  if (unit == layout.head_unit()) return index == kOutputNorm;
+  if (layout.is_head(unit)) return index == kOutputNorm;
   return index == kAttnNorm || index == kFfnNorm;
 }
 
@@ -26,45 +26,47 @@ bool is_vector_slot(const ModelLayout& layout, int unit, size_t index) {
 
 // ---- Construction: what to read, what to keep ------------------------------
 
-LayerLoader::UnitPlan LayerLoader::plan_unit(const UnitTensors& unit) const {
+LayerLoader::UnitPlan LayerLoader::plan_unit(int unit_index) const {
+  const UnitTensors& unit = layout_.units[static_cast<size_t>(unit_index)];
   UnitPlan plan;
   plan.name = unit.name;
-  std::vector<size_t> order(unit.tensors.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::vector<size_t> order;
+  for (size_t i = 0; i < unit.tensors.size(); ++i) {
+    if (unit.tensors[i].tensor != nullptr) order.push_back(i);
+  }
   std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return unit.tensors[a]->offset < unit.tensors[b]->offset; });
+            [&](size_t a, size_t b) { return unit.tensors[a].offset() < unit.tensors[b].offset(); });
 
   plan.tensor_offsets.assign(unit.tensors.size(), 0);
   size_t buffer_end = 0;
-  for (size_t k = 0; k < order.size(); ++k) {
-    const GgufTensorInfo* t = unit.tensors[order[k]];
-    const uint64_t end = t->offset + t->bytes;
+  for (size_t i : order) {
+    const uint64_t offset = unit.tensors[i].offset();
+    const uint64_t bytes = unit.tensors[i].bytes();
     if (!plan.ranges.empty()) {
       ReadRange& last = plan.ranges.back();
       const uint64_t last_end = last.file_offset + last.length;
-      if (t->offset >= last.file_offset && t->offset <= last_end + kMaxCoalesceGap) {
-        // The same tensor may appear twice (never in practice, but cheap to allow).
-        last.length = std::max(last_end, end) - last.file_offset;
-        plan.tensor_offsets[order[k]] = last.buffer_offset + (t->offset - last.file_offset);
+      if (offset >= last.file_offset && offset <= last_end + kMaxCoalesceGap) {
+        last.length = std::max(last_end, offset + bytes) - last.file_offset;
+        plan.tensor_offsets[i] = last.buffer_offset + (offset - last.file_offset);
         buffer_end = last.buffer_offset + last.length;
         continue;
       }
     }
     const size_t buffer_offset = align_up(buffer_end);
-    plan.ranges.push_back({t->offset, t->bytes, buffer_offset});
-    plan.tensor_offsets[order[k]] = buffer_offset;
-    buffer_end = buffer_offset + t->bytes;
+    plan.ranges.push_back({offset, bytes, buffer_offset});
+    plan.tensor_offsets[i] = buffer_offset;
+    buffer_end = buffer_offset + bytes;
   }
   for (const ReadRange& r : plan.ranges) plan.read_bytes += r.length;
 
   // Norms stored as F16/BF16 get a float copy after the raw bytes.
   plan.vector_offsets.assign(unit.tensors.size(), SIZE_MAX);
-  const int unit_index = static_cast<int>(&unit - layout_.units.data());
   for (size_t i = 0; i < unit.tensors.size(); ++i) {
-    if (is_vector_slot(layout_, unit_index, i) && unit.tensors[i]->type != TensorType::kF32) {
+    const GgufTensorInfo* t = unit.tensors[i].tensor;
+    if (t != nullptr && is_vector_slot(layout_, unit_index, i) && t->type != TensorType::kF32) {
       buffer_end = align_up(buffer_end);
       plan.vector_offsets[i] = buffer_end;
-      buffer_end += unit.tensors[i]->elements * sizeof(float);
+      buffer_end += t->elements * sizeof(float);
     }
   }
   plan.buffer_bytes = align_up(buffer_end);
@@ -116,7 +118,7 @@ LayerLoader::LayerLoader(WeightSource& source, const ModelLayout& layout,
   if (options.n_buffers < 1) {
     throw Error(ErrorKind::kInvalidArgument, "the prefetch ring needs at least 1 buffer");
   }
-  for (const UnitTensors& unit : layout_.units) plans_.push_back(plan_unit(unit));
+  for (int u = 0; u < layout_.n_units(); ++u) plans_.push_back(plan_unit(u));
   choose_residency(options);
 
   size_t largest_streamed = 0;
@@ -181,7 +183,11 @@ void LayerLoader::load_into(int unit, Slot& slot) {
     for (uint64_t done = 0; done < range.length;) {
       if (cancelled_) throw Error(ErrorKind::kAborted, "loading " + plan.name + " was cancelled");
       const auto n = static_cast<size_t>(std::min<uint64_t>(read_chunk_bytes_, range.length - done));
-      source_.read(range.file_offset + done, base + range.buffer_offset + done, n);
+      try {
+        source_.read(range.file_offset + done, base + range.buffer_offset + done, n);
+      } catch (const Error& e) {
+        throw Error(e.kind(), plan.name + ": " + e.what());
+      }
       done += n;
     }
   }
@@ -191,22 +197,23 @@ void LayerLoader::load_into(int unit, Slot& slot) {
   slot.view.vectors.assign(tensors.tensors.size(), nullptr);
   slot.view.matrices.assign(tensors.tensors.size(), WeightMatrix{});
   for (size_t i = 0; i < tensors.tensors.size(); ++i) {
-    const GgufTensorInfo* t = tensors.tensors[i];
+    const TensorSlice& slice = tensors.tensors[i];
+    if (slice.tensor == nullptr) continue;
     const uint8_t* data = base + plan.tensor_offsets[i];
     if (is_vector_slot(layout_, unit, i)) {
       if (plan.vector_offsets[i] == SIZE_MAX) {
         slot.view.vectors[i] = reinterpret_cast<const float*>(data);
       } else {
         auto* out = reinterpret_cast<float*>(base + plan.vector_offsets[i]);
-        dequantize_row(t->type, data, out, static_cast<size_t>(t->elements));
+        dequantize_row(slice.tensor->type, data, out, static_cast<size_t>(slice.tensor->elements));
         slot.view.vectors[i] = out;
       }
     } else {
       WeightMatrix& m = slot.view.matrices[i];
-      m.type = t->type;
-      m.cols = static_cast<int>(t->row_length());
-      m.rows = static_cast<int>(t->rows());
-      m.row_bytes = static_cast<size_t>(t->bytes / t->rows());
+      m.type = slice.tensor->type;
+      m.cols = static_cast<int>(slice.tensor->row_length());
+      m.rows = static_cast<int>(slice.rows);
+      m.row_bytes = static_cast<size_t>(slice.row_bytes());
       m.data = data;
     }
   }
@@ -296,7 +303,7 @@ void LayerLoader::worker_loop() {
       error = e.what();
       kind = e.kind();
     } catch (const std::exception& e) {
-      error = e.what();
+      error = plans_[static_cast<size_t>(unit)].name + ": " + e.what();
     }
 
     lock.lock();
@@ -393,7 +400,7 @@ const UnitView& LayerLoader::acquire(int unit) {
       throw Error(ErrorKind::kAborted, "cancelled while waiting for " + plan.name);
     }
     if (slot->state == SlotState::kFailed) {
-      const std::string message = plan.name + ": " + slot->error;
+      const std::string message = slot->error;
       const ErrorKind kind = slot->error_kind;
       slot->state = SlotState::kFree;
       in_use_ = -1;
@@ -412,22 +419,22 @@ const UnitView& LayerLoader::acquire(int unit) {
   }
   stats_.wait_ms += got - asked;
   stats_.units[static_cast<size_t>(unit)].wait_ms += got - asked;
+  UnitEvent event;
+  event.unit = unit;
+  event.hit = hit;
+  event.resident = plan.resident && hit;
+  event.compute_start_ms = got;
+  if (!slot->load_reported) {
+    stats_.bytes_consumed += plan.read_bytes;
+    event.io_start_ms = slot->io_start;
+    event.io_end_ms = slot->io_end;
+    event.prepare_end_ms = slot->prepare_end;
+    slot->load_reported = true;
+  }
+  current_timeline_ = -1;
   if (stats_.timeline.size() < kMaxTimelineEvents) {
-    UnitEvent event;
-    event.unit = unit;
-    event.hit = hit;
-    event.resident = plan.resident && hit;
-    if (!slot->load_reported) {
-      event.io_start_ms = slot->io_start;
-      event.io_end_ms = slot->io_end;
-      event.prepare_end_ms = slot->prepare_end;
-      slot->load_reported = true;
-    }
-    event.compute_start_ms = got;
     stats_.timeline.push_back(event);
     current_timeline_ = static_cast<int>(stats_.timeline.size()) - 1;
-  } else {
-    current_timeline_ = -1;
   }
   compute_start_ = got;
   return slot->view;
@@ -463,10 +470,13 @@ void LayerLoader::embed(int32_t token, float* out) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (layout_.tied_output) {
-      // The head's output matrix is the embedding table: use it when resident.
-      const Slot* head = resident_[static_cast<size_t>(layout_.head_unit())].get();
+      // The head's output rows are the embedding table: use the piece holding
+      // this row when it is resident.
+      const auto piece = static_cast<size_t>(token) / static_cast<size_t>(layout_.head_rows_per_piece);
+      const Slot* head = resident_[static_cast<size_t>(layout_.first_head_unit()) + piece].get();
       if (head != nullptr && (head->state == SlotState::kReady || head->state == SlotState::kInUse)) {
-        row = head->view.matrices[kOutput].data + static_cast<size_t>(token) * row_bytes;
+        const size_t row_in_piece = static_cast<size_t>(token) - piece * layout_.head_rows_per_piece;
+        row = head->view.matrices[kOutput].data + row_in_piece * row_bytes;
       }
     } else if (embedding_resident_) {
       if (embedding_->state == SlotState::kFree) {

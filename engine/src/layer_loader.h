@@ -36,7 +36,7 @@ namespace sipllm {
 
 // Indices of a block unit's tensors, in the order ModelLayout lists them.
 enum BlockTensor { kAttnNorm = 0, kAttnQ, kAttnK, kAttnV, kAttnOutput, kFfnNorm, kFfnGate, kFfnUp, kFfnDown };
-// Indices of the head unit's tensors.
+// Indices of a head piece's tensors (output_norm only in the first piece).
 enum HeadTensor { kOutputNorm = 0, kOutput };
 
 // A unit in memory, ready for the kernels: vectors as floats, matrices in
@@ -117,7 +117,7 @@ class LayerLoader {
     uint64_t generation = 0;  // bumps on reset, so a stale load is discarded
   };
 
-  UnitPlan plan_unit(const UnitTensors& unit) const;
+  UnitPlan plan_unit(int unit) const;
   void choose_residency(const LoaderOptions& options);
   // Reads and prepares `unit` into `slot` (which the caller owns meanwhile).
   void load_into(int unit, Slot& slot);

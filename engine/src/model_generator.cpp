@@ -1,10 +1,12 @@
 #include "model_generator.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <memory>
 
 #include "sipllm/error.h"
+#include "sipllm/random_model.h"
 
 namespace sipllm {
 namespace {
@@ -150,6 +152,64 @@ void build_random_llama(const GgufFile& vocab, const GeneratorOptions& options, 
   }
   add_norm("output_norm.weight");
   if (!s.tied_output) add_matrix("output.weight", dim, n_vocab);
+}
+
+}  // namespace sipllm
+
+// ---- Public entry point (sipllm/random_model.h) --------------------------------
+
+namespace sipllm {
+namespace {
+
+struct NamedType {
+  const char* name;
+  TensorType type;
+  std::vector<std::pair<std::string, TensorType>> overrides;
+};
+
+const std::vector<NamedType>& named_types() {
+  static const std::vector<NamedType> kTypes = {
+      {"F32", TensorType::kF32, {}},   {"F16", TensorType::kF16, {}},   {"BF16", TensorType::kBF16, {}},
+      {"Q8_0", TensorType::kQ8_0, {}}, {"Q4_0", TensorType::kQ4_0, {}},
+  };
+  return kTypes;
+}
+
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> random_model_shapes() { return model_shape_names(); }
+
+std::vector<std::string> random_model_types() {
+  std::vector<std::string> names;
+  for (const NamedType& t : named_types()) names.push_back(t.name);
+  return names;
+}
+
+void write_random_model(const RandomModelSpec& spec, const std::string& out_path) {
+  const NamedType* type = nullptr;
+  for (const NamedType& t : named_types()) {
+    if (upper(spec.type) == t.name) type = &t;
+  }
+  if (type == nullptr) {
+    std::string known;
+    for (const std::string& n : random_model_types()) known += (known.empty() ? "" : ", ") + n;
+    throw Error(ErrorKind::kInvalidArgument, "unknown tensor type '" + spec.type + "' (known: " + known + ")");
+  }
+  GeneratorOptions options;
+  options.shape = named_model_shape(spec.shape);
+  options.type = type->type;
+  options.overrides = type->overrides;
+  options.seed = spec.seed;
+  auto source = open_file_source(spec.vocab_path);
+  const GgufFile vocab = GgufFile::parse(*source);
+  GgufWriter writer;
+  build_random_llama(vocab, options, writer);
+  writer.write_file(out_path);
 }
 
 }  // namespace sipllm

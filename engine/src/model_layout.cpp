@@ -1,5 +1,6 @@
 #include "model_layout.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -130,11 +131,13 @@ ModelLayout describe_llama_model(const GgufFile& file) {
 
   std::set<std::string> known = {"token_embd.weight", "output_norm.weight", "output.weight",
                                  "rope_freqs.weight"};
+  auto whole = [](const GgufTensorInfo* t) { return TensorSlice{t, 0, t->rows()}; };
+  uint64_t largest_block = 0;
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     UnitTensors unit;
     unit.name = "block " + std::to_string(l);
-    unit.tensors = {
+    const std::vector<const GgufTensorInfo*> tensors = {
         require_tensor(file, p + "attn_norm.weight", {dim}),
         require_tensor(file, p + "attn_q.weight", {dim, dim}),
         require_tensor(file, p + "attn_k.weight", {dim, kv_dim}),
@@ -145,25 +148,38 @@ ModelLayout describe_llama_model(const GgufFile& file) {
         require_tensor(file, p + "ffn_up.weight", {dim, hidden}),
         require_tensor(file, p + "ffn_down.weight", {hidden, dim}),
     };
-    require_float_vector(unit.tensors[0]);
-    require_float_vector(unit.tensors[5]);
-    for (const GgufTensorInfo* t : unit.tensors) {
+    require_float_vector(tensors[0]);
+    require_float_vector(tensors[5]);
+    for (const GgufTensorInfo* t : tensors) {
+      unit.tensors.push_back(whole(t));
       unit.bytes += t->bytes;
       known.insert(t->name);
     }
+    largest_block = std::max(largest_block, unit.bytes);
     layout.units.push_back(std::move(unit));
   }
 
-  UnitTensors head;
-  head.name = "output head";
   const GgufTensorInfo* output_norm = require_tensor(file, "output_norm.weight", {dim});
   require_float_vector(output_norm);
   const GgufTensorInfo* output = file.find_tensor("output.weight");
   layout.tied_output = output == nullptr;
-  if (output != nullptr) output = require_tensor(file, "output.weight", {dim, static_cast<uint64_t>(c.n_vocab)});
-  head.tensors = {output_norm, layout.tied_output ? embd : output};
-  for (const GgufTensorInfo* t : head.tensors) head.bytes += t->bytes;
-  layout.units.push_back(std::move(head));
+  output = layout.tied_output
+               ? embd
+               : require_tensor(file, "output.weight", {dim, static_cast<uint64_t>(c.n_vocab)});
+  const uint64_t row_bytes = output->bytes / output->rows();
+  const auto vocab = static_cast<uint64_t>(c.n_vocab);
+  layout.head_rows_per_piece = std::min(vocab, std::max<uint64_t>(1, largest_block / row_bytes));
+  const uint64_t pieces = (vocab + layout.head_rows_per_piece - 1) / layout.head_rows_per_piece;
+  for (uint64_t k = 0; k < pieces; ++k) {
+    UnitTensors piece;
+    piece.name = pieces == 1 ? "output head"
+                             : "output head " + std::to_string(k + 1) + "/" + std::to_string(pieces);
+    const uint64_t first = k * layout.head_rows_per_piece;
+    const uint64_t rows = std::min(layout.head_rows_per_piece, vocab - first);
+    piece.tensors = {k == 0 ? whole(output_norm) : TensorSlice{}, TensorSlice{output, first, rows}};
+    for (const TensorSlice& t : piece.tensors) piece.bytes += t.bytes();
+    layout.units.push_back(std::move(piece));
+  }
 
   // A tensor the llama graph does not use (a bias, per-layer rope factors)
   // would change the output if ignored, so refuse rather than guess.

@@ -28,12 +28,23 @@ struct LlamaConfig {
   int kv_dim() const { return n_kv_heads * head_dim; }
 };
 
-// One stream unit: a transformer block, or the output head (final norm and
-// output matrix). Its tensors are read from the file together.
+// A tensor, or a run of whole rows of one, that a unit reads.
+struct TensorSlice {
+  const GgufTensorInfo* tensor = nullptr;  // null: this unit lacks the tensor
+  uint64_t first_row = 0;
+  uint64_t rows = 0;
+
+  uint64_t row_bytes() const { return tensor->bytes / tensor->rows(); }
+  uint64_t offset() const { return tensor->offset + first_row * row_bytes(); }
+  uint64_t bytes() const { return tensor == nullptr ? 0 : rows * row_bytes(); }
+};
+
+// One stream unit: a transformer block, or a piece of the output head. Its
+// tensors are read from the file together.
 struct UnitTensors {
-  std::string name;                            // "block 3" or "output head"
-  std::vector<const GgufTensorInfo*> tensors;  // in the order the unit's weights list them
-  uint64_t bytes = 0;                          // sum of the tensors' bytes
+  std::string name;                  // "block 3" or "output head 2/5"
+  std::vector<TensorSlice> tensors;  // in the order the unit's weights list them
+  uint64_t bytes = 0;                // sum of the slices' bytes
 };
 
 struct ModelLayout {
@@ -41,15 +52,21 @@ struct ModelLayout {
   std::string architecture;
   std::string name;  // general.name, may be empty
   const GgufTensorInfo* token_embd = nullptr;
-  // Units 0 .. n_layers-1 are the blocks; unit n_layers is the output head.
-  // A block lists attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm,
-  // ffn_gate, ffn_up, ffn_down; the head lists output_norm, output (which is
+  // Units 0 .. n_layers-1 are the blocks; the rest are the output head, cut
+  // into pieces of whole output rows no larger than a block, so the ring's
+  // buffers never need more than a block (a vocabulary-heavy head can be many
+  // blocks' worth). A block lists attn_norm, attn_q, attn_k, attn_v,
+  // attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down; a head piece lists
+  // output_norm (the first piece only) and its rows of output (which is
   // token_embd itself when the file ties them).
   std::vector<UnitTensors> units;
   bool tied_output = false;
+  uint64_t head_rows_per_piece = 0;
 
-  int head_unit() const { return config.n_layers; }
-  uint64_t weight_bytes() const;  // every unit plus the embedding table, once
+  int first_head_unit() const { return config.n_layers; }
+  int n_units() const { return static_cast<int>(units.size()); }
+  bool is_head(int unit) const { return unit >= config.n_layers; }
+  uint64_t weight_bytes() const;  // every unit plus an untied embedding table
 };
 
 // Throws Error: kUnsupported for another architecture, kFormat naming the key

@@ -18,7 +18,6 @@ Transformer::Transformer(const ModelLayout& layout, LayerLoader& loader, ThreadP
 void Transformer::prefill(const int32_t* tokens, int n, int start_pos, KvCache& cache,
                           std::vector<float>& logits, bool all_positions) {
   const int n_layers = config_.n_layers;
-  const int head = layout_.head_unit();
   const int n_chunks = (n + chunk_ - 1) / chunk_;
 
   // Tell the loader the whole sequence of units up front, so it can prefetch
@@ -26,7 +25,9 @@ void Transformer::prefill(const int32_t* tokens, int n, int start_pos, KvCache& 
   std::vector<int> plan;
   for (int c = 0; c < n_chunks; ++c) {
     for (int l = 0; l < n_layers; ++l) plan.push_back(l);
-    if (all_positions || c == n_chunks - 1) plan.push_back(head);
+    if (all_positions || c == n_chunks - 1) {
+      for (int u = layout_.first_head_unit(); u < layout_.n_units(); ++u) plan.push_back(u);
+    }
   }
   loader_.announce(plan);
 
@@ -60,13 +61,9 @@ void Transformer::prefill(const int32_t* tokens, int n, int start_pos, KvCache& 
     }
 
     if (all_positions) {
-      const UnitView& w = loader_.acquire(head);
-      run_head(w, 0, m, &logits[static_cast<size_t>(first) * vocab]);
-      loader_.release(head);
+      run_head(0, m, &logits[static_cast<size_t>(first) * vocab]);
     } else if (c == n_chunks - 1) {
-      const UnitView& w = loader_.acquire(head);
-      run_head(w, m - 1, 1, logits.data());
-      loader_.release(head);
+      run_head(m - 1, 1, logits.data());
     }
   }
 }
@@ -145,13 +142,23 @@ void Transformer::attention(int layer, int n, int start_pos, const KvCache& cach
   });
 }
 
-void Transformer::run_head(const UnitView& w, int first, int count, float* logits) {
+void Transformer::run_head(int first, int count, float* logits) {
   const int dim = config_.dim;
-  for (int i = 0; i < count; ++i) {
-    rmsnorm(&xb_[static_cast<size_t>(i) * dim], &x_[static_cast<size_t>(first + i) * dim],
-            w.vectors[kOutputNorm], dim, config_.rms_eps);
+  int row = 0;
+  for (int u = layout_.first_head_unit(); u < layout_.n_units(); ++u) {
+    const UnitView& w = loader_.acquire(u);
+    if (u == layout_.first_head_unit()) {
+      for (int i = 0; i < count; ++i) {
+        rmsnorm(&xb_[static_cast<size_t>(i) * dim], &x_[static_cast<size_t>(first + i) * dim],
+                w.vectors[kOutputNorm], dim, config_.rms_eps);
+      }
+    }
+    // This piece's rows of every position's logits.
+    const WeightMatrix& output = w.matrices[kOutput];
+    matmul(output, xb_.data(), count, logits + row, pool_, config_.n_vocab);
+    row += output.rows;
+    loader_.release(u);
   }
-  matmul(w.matrices[kOutput], xb_.data(), count, logits, pool_);
 }
 
 }  // namespace sipllm

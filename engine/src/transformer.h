@@ -33,7 +33,9 @@ class Transformer {
  private:
   void run_block(int layer, const UnitView& w, int n, int start_pos, KvCache& cache);
   void attention(int layer, int n, int start_pos, const KvCache& cache);
-  void run_head(const UnitView& w, int first, int count, float* logits);
+  // Final norm and output head for positions first..first+count of the
+  // chunk, streaming the head's pieces in turn.
+  void run_head(int first, int count, float* logits);
 
   const ModelLayout& layout_;
   const LlamaConfig& config_;

@@ -407,9 +407,8 @@ std::vector<Stage> stages_for(PreTokenizer kind) {
       return {Stage::kEachNewline, Stage::kSpaceLetterRuns, Stage::kSpacePunctuationRuns,
               Stage::kCjkRuns, Stage::kEachNumber};
     case PreTokenizer::kDeepseekLlm:
-      return {Stage::kEachNewline,     Stage::kDeepseekLlmLetterRuns,
-              Stage::kDeepseekLlmPunctuationRuns, Stage::kTrailingSpaces,
-              Stage::kCjkRuns,         Stage::kNumberRuns};
+      return {Stage::kEachNewline,    Stage::kDeepseekLlmLetterRuns, Stage::kDeepseekLlmPunctuationRuns,
+              Stage::kTrailingSpaces, Stage::kCjkRuns,               Stage::kNumberRuns};
     case PreTokenizer::kDefault:
       break;
   }

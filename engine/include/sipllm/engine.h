@@ -108,6 +108,9 @@ struct LoaderStats {
   uint64_t resident_hits = 0;
   uint64_t units_loaded = 0;
   uint64_t bytes_read = 0;            // unit bytes read from the source
+  // Of those, bytes of loads the computation has used: a prefetch for a step
+  // that never came is read but not consumed. Counted when the unit is taken.
+  uint64_t bytes_consumed = 0;
   uint64_t embedding_bytes_read = 0;  // embedding rows read from the source
   double io_ms = 0, prepare_ms = 0, wait_ms = 0, compute_ms = 0;
   uint64_t resident_bytes = 0;     // weights kept in memory for good
@@ -129,6 +132,8 @@ struct GenerationStats {
   double prompt_tokens_per_s() const;
   double decode_tokens_per_s() const;
   StopReason stop_reason = StopReason::kMaxTokens;
+  // Weight bytes streamed for the prefill and for decoding (loads consumed by
+  // each phase; a prefetch that overlapped the prefill counts for decode).
   uint64_t prefill_bytes_read = 0;
   uint64_t decode_bytes_read = 0;
   size_t kv_cache_bytes = 0;
