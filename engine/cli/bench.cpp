@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli_options.h"
@@ -100,8 +101,8 @@ int run_sweep(const CommonOptions& common, const BenchOptions& bench) {
     auto probe = open_engine(common);
     model_bytes = probe->info().weight_bytes;
   }
-  std::printf("%14s %10s %10s %12s %12s %14s %12s\n", "budget MB", "resident", "streamed",
-              "decode tok/s", "prefill tok/s", "MB/token", "peak RSS MB");
+  std::printf("%10s %9s %9s %13s %13s %10s %11s %12s\n", "budget MB", "resident", "streamed",
+              "decode tok/s", "prefill tok/s", "MB/token", "weights MB", "peak RSS MB");
   for (int step = 0; step <= bench.sweep_steps; ++step) {
     CommonOptions options = common;
     options.engine.loader.memory_budget =
@@ -112,16 +113,16 @@ int run_sweep(const CommonOptions& common, const BenchOptions& bench) {
       engine = open_engine(options);
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::kOutOfBudget) throw;
-      std::printf("%14.2f  %s\n", mb(options.engine.loader.memory_budget), e.what());
+      std::printf("%10.2f  %s\n", mb(options.engine.loader.memory_budget), e.what());
       continue;
     }
     run_once(*engine, bench);  // first pass: loads what stays resident
     const GenerationStats s = run_once(*engine, bench);
     const double budget_mb = step == bench.sweep_steps ? mb(model_bytes) : mb(options.engine.loader.memory_budget);
-    std::printf("%14.2f %10d %10d %12.2f %12.1f %14.3f %12.1f\n", budget_mb, s.loader.resident_units,
+    std::printf("%10.2f %9d %9d %13.2f %13.1f %10.3f %11.2f %12.1f\n", budget_mb, s.loader.resident_units,
                 s.loader.streamed_units, s.decode_tokens_per_s(), s.prompt_tokens_per_s(),
                 s.generated_tokens > 1 ? mb(s.decode_bytes_read) / (s.generated_tokens - 1) : 0.0,
-                mb(peak_rss_bytes()));
+                mb(s.loader.peak_weight_bytes), mb(peak_rss_bytes()));
     std::fflush(stdout);
   }
   return 0;
@@ -134,9 +135,12 @@ int run_bench(const CommonOptions& common, const BenchOptions& bench) {
     auto engine = open_engine(common);
     const ModelInfo& m = engine->info();
     const LoaderOptions& l = common.engine.loader;
-    std::printf("model     %s: %d blocks, dim %d, %s, %.1f MB of weights\n", common.model.c_str(),
-                m.n_layers, m.dim, m.tensors_by_type.size() == 1 ? m.tensors_by_type.begin()->first.c_str() : "mixed types",
-                mb(m.weight_bytes));
+    std::string types;
+    for (const auto& [type, count] : m.tensors_by_type) {
+      types += (types.empty() ? "" : ", ") + type + " x" + std::to_string(count);
+    }
+    std::printf("model     %s: %d blocks, dim %d, %s; %.1f MB of weights\n", common.model.c_str(),
+                m.n_layers, m.dim, types.c_str(), mb(m.weight_bytes));
     std::printf("loader    %s, %d buffers, budget %s, %s prefill (chunk %d), %d threads\n",
                 common.backend == Backend::kMmap ? "mmap + ring"
                 : l.mode == LoaderMode::kSync    ? "sync (pread, one buffer)"
@@ -144,7 +148,8 @@ int run_bench(const CommonOptions& common, const BenchOptions& bench) {
                 l.mode == LoaderMode::kSync ? 1 : l.n_buffers,
                 l.memory_budget == kUnlimitedBudget ? "unlimited" : (std::to_string(l.memory_budget) + " bytes").c_str(),
                 common.engine.layer_major_prefill ? "layer-major" : "per-token",
-                common.engine.prefill_chunk, common.engine.threads);
+                common.engine.prefill_chunk,
+                common.engine.threads > 0 ? common.engine.threads : static_cast<int>(std::thread::hardware_concurrency()));
     if (common.throttle.bandwidth_mb_per_s > 0 || common.throttle.latency_ms > 0) {
       std::printf("throttle  %.1f MB/s, %.1f ms latency per read\n", common.throttle.bandwidth_mb_per_s,
                   common.throttle.latency_ms);
