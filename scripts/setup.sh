@@ -3,7 +3,7 @@
 # Usage: scripts/setup.sh [native|all]   (default: all)
 set -eu
 
-native="cmake ninja-build g++ libgtest-dev python3-numpy"
+native="cmake ninja-build g++ libgtest-dev python3-numpy libsimde-dev libcurl4-openssl-dev"
 all="$native"
 
 case "${1:-all}" in
