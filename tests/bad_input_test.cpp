@@ -106,9 +106,9 @@ TEST(BadInput, ShapeThatContradictsTheHyperParameters) {
 
 TEST(BadInput, UnsupportedTensorType) {
   GgufWriter writer = test::random_llama_writer();
-  // A Q4_K tensor (type 12) of 256 elements: 144 bytes.
-  writer.add_tensor("blk.0.extra.weight", {256}, 12, 144, [](std::vector<uint8_t>& out) { out.assign(144, 0); });
-  expect_failure(writer.to_bytes(), ErrorKind::kUnsupported, "tensor 'blk.0.extra.weight' has type Q4_K");
+  // A Q2_K tensor (type 10) of 256 elements: 84 bytes.
+  writer.add_tensor("blk.0.extra.weight", {256}, 10, 84, [](std::vector<uint8_t>& out) { out.assign(84, 0); });
+  expect_failure(writer.to_bytes(), ErrorKind::kUnsupported, "tensor 'blk.0.extra.weight' has type Q2_K");
 }
 
 TEST(BadInput, UnsupportedArchitecture) {

@@ -113,7 +113,8 @@ TEST(TensorType, TraitsMatchGgml) {
   EXPECT_EQ(tensor_type_traits(TensorType::kQ8_0).block_bytes, 34u);
   EXPECT_EQ(tensor_type_traits(TensorType::kQ4_0).block_bytes, 18u);
   EXPECT_EQ(tensor_type_traits(TensorType::kBF16).block_bytes, 2u);
-  EXPECT_EQ(tensor_type_traits(12), nullptr);  // Q4_K: not yet
+  EXPECT_EQ(tensor_type_traits(10), nullptr);  // Q2_K: not read
+  EXPECT_EQ(tensor_type_name(10), "Q2_K");
   EXPECT_EQ(tensor_type_name(12), "Q4_K");
   EXPECT_EQ(tensor_type_name(999), "type 999");
 }

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 
 #include "sipllm/error.h"
@@ -23,6 +24,8 @@ class Random {
   }
   // Uniform in [-1, 1).
   float symmetric() { return static_cast<float>(static_cast<double>(next() >> 11) * 0x1.0p-52 - 1.0); }
+  // Jumps over `n` draws: the state only ever advances by a constant.
+  void skip(uint64_t n) { state_ += n * 0x9e3779b97f4a7c15ull; }
 
  private:
   uint64_t state_;
@@ -34,17 +37,56 @@ uint64_t hash_name(const std::string& s) {
   return h;
 }
 
-// The type a quantizer falls back to when rows do not fit the requested block.
+// llama.cpp's use_more_bits: the layers whose attn_v and ffn_down a K-quant
+// mix keeps at higher precision.
+bool uses_more_bits(int layer, int n_layers) {
+  return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
+}
+
+bool fits(TensorType type, uint64_t row_length) {
+  return row_length % tensor_type_traits(type).block_elements == 0;
+}
+
+// llama.cpp's tensor_type_fallback: the type used when rows do not fit the
+// wanted one's block.
 TensorType fitting_type(TensorType wanted, uint64_t row_length) {
-  const TensorTypeTraits& traits = tensor_type_traits(wanted);
-  if (row_length % traits.block_elements == 0) return wanted;
-  return TensorType::kF32;
+  if (fits(wanted, row_length)) return wanted;
+  TensorType fallback = TensorType::kF16;
+  switch (wanted) {
+    case TensorType::kQ4_K: fallback = TensorType::kQ5_0; break;
+    case TensorType::kQ5_K: fallback = TensorType::kQ5_1; break;
+    case TensorType::kQ6_K: fallback = TensorType::kQ8_0; break;
+    default: break;
+  }
+  return fits(fallback, row_length) ? fallback : TensorType::kF16;
+}
+
+// Row `r` of the seeded uniform matrix with `cols` columns and standard
+// deviation `std_dev`: rows can be made in any order.
+void random_row(uint64_t seed, uint64_t r, float std_dev, std::vector<float>& row) {
+  Random random(seed);
+  random.skip(r * row.size());
+  const float a = std_dev * std::sqrt(3.0f);  // uniform on [-a, a): std = a / sqrt(3)
+  for (float& x : row) x = random.symmetric() * a;
+}
+
+// A seeded random permutation of 0..n-1 (Fisher-Yates).
+std::vector<uint32_t> random_permutation(uint64_t seed, uint64_t n) {
+  std::vector<uint32_t> p(n);
+  for (uint64_t i = 0; i < n; ++i) p[i] = static_cast<uint32_t>(i);
+  Random random(seed);
+  for (uint64_t i = n; i > 1; --i) std::swap(p[i - 1], p[random.next() % i]);
+  return p;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
 
 std::vector<std::string> model_shape_names() {
-  return {"tiny", "smollm-135m", "qwen2.5-0.5b", "llama-3.2-1b", "kquant-small"};
+  return {"tiny", "tiny-k", "smollm-135m", "qwen2.5-0.5b", "llama-3.2-1b", "kquant-small"};
 }
 
 ModelShape named_model_shape(const std::string& name) {
@@ -53,6 +95,12 @@ ModelShape named_model_shape(const std::string& name) {
   if (name == "tiny") {
     s.dim = 64, s.n_layers = 4, s.n_heads = 4, s.n_kv_heads = 2, s.hidden_dim = 160;
     s.context_length = 512;
+  } else if (name == "tiny-k") {
+    s.dim = 256, s.n_layers = 2, s.n_heads = 4, s.n_kv_heads = 2, s.hidden_dim = 512;
+    s.context_length = 512;
+    // Untied, unlike "tiny": the mixes treat a separate output head
+    // differently, and it allows GeneratorOptions::successor_bias.
+    s.tied_output = false;
   } else if (name == "smollm-135m") {
     s.dim = 576, s.n_layers = 30, s.n_heads = 9, s.n_kv_heads = 3, s.hidden_dim = 1536;
     s.rope_freq_base = 10000.0f;
@@ -72,8 +120,49 @@ ModelShape named_model_shape(const std::string& name) {
   return s;
 }
 
+TensorType mixed_tensor_type(const GeneratorOptions& options, const std::string& name, int layer,
+                             uint64_t row_length) {
+  if (options.mix == QuantMix::kPlain) return fitting_type(options.type, row_length);
+  const TensorType base = options.mix == QuantMix::kQ4_K_M ? TensorType::kQ4_K : TensorType::kQ5_K;
+  const bool is_output = name == "output.weight" || (options.shape.tied_output && name == "token_embd.weight");
+  TensorType type = base;
+  if (is_output) {
+    // Decided against the base type's block, before any fallback.
+    type = fits(base, row_length) ? TensorType::kQ6_K : TensorType::kQ8_0;
+  } else if ((ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight")) &&
+             uses_more_bits(layer, options.shape.n_layers)) {
+    type = TensorType::kQ6_K;
+  }
+  return fitting_type(type, row_length);
+}
+
+uint32_t llama_file_type(const GeneratorOptions& options) {
+  if (options.mix == QuantMix::kQ4_K_M) return 15;
+  if (options.mix == QuantMix::kQ5_K_M) return 17;
+  switch (options.type) {
+    case TensorType::kF32: return 0;
+    case TensorType::kF16: return 1;
+    case TensorType::kQ4_0: return 2;
+    case TensorType::kQ4_1: return 3;
+    case TensorType::kQ8_0: return 7;
+    case TensorType::kQ5_0: return 8;
+    case TensorType::kQ5_1: return 9;
+    case TensorType::kQ4_K: return 14;
+    case TensorType::kQ5_K: return 16;
+    case TensorType::kQ6_K: return 18;
+    case TensorType::kBF16: return 32;
+    case TensorType::kQ8_K: break;
+  }
+  throw Error(ErrorKind::kInvalidArgument, std::string("no model file can be of type ") +
+                                               tensor_type_traits(options.type).name);
+}
+
 void build_random_llama(const GgufFile& vocab, const GeneratorOptions& options, GgufWriter& writer) {
   const ModelShape& s = options.shape;
+  if (options.successor_bias != 0 && s.tied_output) {
+    throw Error(ErrorKind::kInvalidArgument, "successor_bias needs an untied output head; shape '" + s.name +
+                                                 "' ties it to the token embeddings");
+  }
   const auto* tokens = vocab.find_array("tokenizer.ggml.tokens", GgufType::kString);
   if (tokens == nullptr) {
     throw Error(ErrorKind::kFormat, "the vocabulary file has no tokenizer.ggml.tokens");
@@ -82,7 +171,9 @@ void build_random_llama(const GgufFile& vocab, const GeneratorOptions& options, 
 
   writer.set_string("general.architecture", "llama");
   writer.set_string("general.name", "random " + s.name);
-  writer.set_uint32("general.file_type", static_cast<uint32_t>(options.type));
+  writer.set_uint32("general.file_type", llama_file_type(options));
+  // ggml's quantization format version (GGML_QNT_VERSION), as llama.cpp writes it.
+  writer.set_uint32("general.quantization_version", 2);
   writer.set_uint32("llama.context_length", static_cast<uint32_t>(s.context_length));
   writer.set_uint32("llama.embedding_length", static_cast<uint32_t>(s.dim));
   writer.set_uint32("llama.block_count", static_cast<uint32_t>(s.n_layers));
@@ -97,29 +188,28 @@ void build_random_llama(const GgufFile& vocab, const GeneratorOptions& options, 
     if (key.rfind("tokenizer.", 0) == 0) writer.set_value(key, value);
   }
 
-  auto add_matrix = [&](const std::string& name, uint64_t cols, uint64_t rows) {
-    TensorType type = options.type;
-    for (const auto& [suffix, t] : options.overrides) {
-      if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
-        type = t;
-      }
-    }
-    type = fitting_type(type, cols);
-    const TensorTypeTraits& traits = tensor_type_traits(type);
-    const uint64_t bytes = tensor_bytes(traits, cols * rows);
-    const uint64_t seed = options.seed ^ hash_name(name);
-    const float scale = options.weight_scale * std::sqrt(3.0f);  // uniform: std = a / sqrt(3)
+  // Each matrix row is made on demand from `make_row(r, row)`, then encoded.
+  using RowMaker = std::function<void(uint64_t r, std::vector<float>& row)>;
+  auto add_matrix_rows = [&](const std::string& name, int layer, uint64_t cols, uint64_t rows, RowMaker make_row) {
+    const TensorType type = mixed_tensor_type(options, name, layer, cols);
+    const uint64_t bytes = tensor_bytes(tensor_type_traits(type), cols * rows);
     writer.add_tensor(name, {cols, rows}, static_cast<uint32_t>(type), bytes,
                       [=](std::vector<uint8_t>& out) {
-                        Random random(seed);
                         out.resize(bytes);
                         std::vector<float> row(cols);
                         const uint64_t row_bytes = bytes / rows;
                         for (uint64_t r = 0; r < rows; ++r) {
-                          for (float& x : row) x = random.symmetric() * scale;
+                          make_row(r, row);
                           quantize_row(type, row.data(), out.data() + r * row_bytes, cols);
                         }
                       });
+  };
+  auto seed_of = [&](const std::string& name) { return options.seed ^ hash_name(name); };
+  auto add_matrix = [&](const std::string& name, int layer, uint64_t cols, uint64_t rows) {
+    add_matrix_rows(name, layer, cols, rows,
+                    [seed = seed_of(name), std_dev = options.weight_scale](uint64_t r, std::vector<float>& row) {
+                      random_row(seed, r, std_dev, row);
+                    });
   };
   auto add_norm = [&](const std::string& name) {
     const auto n = static_cast<uint64_t>(s.dim);
@@ -137,21 +227,39 @@ void build_random_llama(const GgufFile& vocab, const GeneratorOptions& options, 
   const auto dim = static_cast<uint64_t>(s.dim);
   const auto kv_dim = dim / static_cast<uint64_t>(s.n_heads) * static_cast<uint64_t>(s.n_kv_heads);
   const auto hidden = static_cast<uint64_t>(s.hidden_dim);
-  add_matrix("token_embd.weight", dim, n_vocab);
+  const float embedding_std = options.weight_scale * options.embedding_scale;
+  add_matrix_rows("token_embd.weight", -1, dim, n_vocab,
+                  [seed = seed_of("token_embd.weight"), embedding_std](uint64_t r, std::vector<float>& row) {
+                    random_row(seed, r, embedding_std, row);
+                  });
   for (int l = 0; l < s.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     add_norm(p + "attn_norm.weight");
-    add_matrix(p + "attn_q.weight", dim, dim);
-    add_matrix(p + "attn_k.weight", dim, kv_dim);
-    add_matrix(p + "attn_v.weight", dim, kv_dim);
-    add_matrix(p + "attn_output.weight", dim, dim);
+    add_matrix(p + "attn_q.weight", l, dim, dim);
+    add_matrix(p + "attn_k.weight", l, dim, kv_dim);
+    add_matrix(p + "attn_v.weight", l, dim, kv_dim);
+    add_matrix(p + "attn_output.weight", l, dim, dim);
     add_norm(p + "ffn_norm.weight");
-    add_matrix(p + "ffn_gate.weight", dim, hidden);
-    add_matrix(p + "ffn_up.weight", dim, hidden);
-    add_matrix(p + "ffn_down.weight", hidden, dim);
+    add_matrix(p + "ffn_gate.weight", l, dim, hidden);
+    add_matrix(p + "ffn_up.weight", l, dim, hidden);
+    add_matrix(p + "ffn_down.weight", l, hidden, dim);
   }
   add_norm("output_norm.weight");
-  if (!s.tied_output) add_matrix("output.weight", dim, n_vocab);
+  if (s.tied_output) return;
+  // Output row j: a random row, plus successor_bias times the embedding of
+  // the token whose successor j is under a fixed random permutation.
+  auto predecessor = std::make_shared<std::vector<uint32_t>>(
+      options.successor_bias != 0 ? random_permutation(seed_of("successor"), n_vocab) : std::vector<uint32_t>{});
+  add_matrix_rows("output.weight", -1, dim, n_vocab,
+                  [predecessor, seed = seed_of("output.weight"), embedding_seed = seed_of("token_embd.weight"),
+                   std_dev = options.weight_scale, embedding_std,
+                   bias = options.successor_bias](uint64_t r, std::vector<float>& row) {
+                    random_row(seed, r, std_dev, row);
+                    if (bias == 0) return;
+                    std::vector<float> embedding(row.size());
+                    random_row(embedding_seed, (*predecessor)[r], embedding_std, embedding);
+                    for (size_t i = 0; i < row.size(); ++i) row[i] += bias * (std_dev / embedding_std) * embedding[i];
+                  });
 }
 
 }  // namespace sipllm
@@ -164,13 +272,18 @@ namespace {
 struct NamedType {
   const char* name;
   TensorType type;
-  std::vector<std::pair<std::string, TensorType>> overrides;
+  QuantMix mix;
 };
 
 const std::vector<NamedType>& named_types() {
   static const std::vector<NamedType> kTypes = {
-      {"F32", TensorType::kF32, {}},   {"F16", TensorType::kF16, {}},   {"BF16", TensorType::kBF16, {}},
-      {"Q8_0", TensorType::kQ8_0, {}}, {"Q4_0", TensorType::kQ4_0, {}},
+      {"F32", TensorType::kF32, QuantMix::kPlain},     {"F16", TensorType::kF16, QuantMix::kPlain},
+      {"BF16", TensorType::kBF16, QuantMix::kPlain},   {"Q8_0", TensorType::kQ8_0, QuantMix::kPlain},
+      {"Q4_0", TensorType::kQ4_0, QuantMix::kPlain},   {"Q4_1", TensorType::kQ4_1, QuantMix::kPlain},
+      {"Q5_0", TensorType::kQ5_0, QuantMix::kPlain},   {"Q5_1", TensorType::kQ5_1, QuantMix::kPlain},
+      {"Q4_K", TensorType::kQ4_K, QuantMix::kPlain},   {"Q5_K", TensorType::kQ5_K, QuantMix::kPlain},
+      {"Q6_K", TensorType::kQ6_K, QuantMix::kPlain},   {"Q4_K_M", TensorType::kQ4_K, QuantMix::kQ4_K_M},
+      {"Q5_K_M", TensorType::kQ5_K, QuantMix::kQ5_K_M},
   };
   return kTypes;
 }
@@ -203,7 +316,7 @@ void write_random_model(const RandomModelSpec& spec, const std::string& out_path
   GeneratorOptions options;
   options.shape = named_model_shape(spec.shape);
   options.type = type->type;
-  options.overrides = type->overrides;
+  options.mix = type->mix;
   options.seed = spec.seed;
   auto source = open_file_source(spec.vocab_path);
   const GgufFile vocab = GgufFile::parse(*source);

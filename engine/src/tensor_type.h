@@ -1,6 +1,8 @@
 // The on-disk truth about tensor element types: ggml type ids, block sizes and
 // the byte layout of every block. Everything else in the engine learns these
-// facts from here.
+// facts from here. Layouts follow ggml's ggml-common.h byte for byte; the
+// rounding of the quantizers follows ggml's reference quantizers
+// (quantize_row_*_ref), so generated files look like real ones.
 #pragma once
 
 #include <cstddef>
@@ -14,7 +16,16 @@ enum class TensorType : uint32_t {
   kF32 = 0,
   kF16 = 1,
   kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
   kQ8_0 = 8,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  // ggml's 8-bit activation type for K-quant dot products. It lives only in
+  // memory: tensor_type_traits(uint32_t) refuses it, so no file can use it.
+  kQ8_K = 15,
   kBF16 = 30,
 };
 
@@ -24,10 +35,12 @@ struct TensorTypeTraits {
   uint32_t block_bytes;     // bytes per block
 };
 
-// nullptr when the engine does not support the type id.
+// The traits of a type id read from a file; nullptr when the engine cannot
+// read that type from a file (unknown ids, Q2_K, Q3_K, the IQ types, Q8_K).
 const TensorTypeTraits* tensor_type_traits(uint32_t type_id);
+// The traits of any TensorType, Q8_K included.
 const TensorTypeTraits& tensor_type_traits(TensorType type);
-std::string tensor_type_name(uint32_t type_id);  // "Q8_0", or "type 12" if unknown
+std::string tensor_type_name(uint32_t type_id);  // "Q8_0", or "type 99" if unknown
 
 // Bytes taken by `elements` elements (must be a whole number of blocks).
 inline uint64_t tensor_bytes(const TensorTypeTraits& traits, uint64_t elements) {
@@ -35,26 +48,149 @@ inline uint64_t tensor_bytes(const TensorTypeTraits& traits, uint64_t elements) 
 }
 
 // ---- Block layouts (byte-exact with ggml) ----------------------------------
+//
+// Scales marked fp16 are IEEE half floats (half.h). All multi-byte fields are
+// little-endian; blocks have no padding, and a file gives no alignment
+// guarantee beyond 2 bytes, so read them with memcpy.
+
+// Element j of a 32-element block sits in the low nibble of qs[j] (j < 16) or
+// the high nibble of qs[j - 16] (j >= 16): the "half split" of Q4_0, Q4_1,
+// Q5_0 and Q5_1. In Q5_0 and Q5_1, bit j of the little-endian 32-bit qh is
+// the fifth bit of element j.
 
 constexpr int kQK4_0 = 32;
 struct BlockQ4_0 {
-  uint16_t d;              // fp16 scale
-  uint8_t qs[kQK4_0 / 2];  // element j in the low nibble of qs[j], j + 16 in the high
+  uint16_t d;              // fp16 scale; x = d * (q - 8)
+  uint8_t qs[kQK4_0 / 2];  // q in 0..15
 };
 static_assert(sizeof(BlockQ4_0) == 18, "Q4_0 block is 18 bytes");
+static_assert(offsetof(BlockQ4_0, qs) == 2, "Q4_0 layout");
+
+constexpr int kQK4_1 = 32;
+struct BlockQ4_1 {
+  uint16_t d;              // fp16 scale; x = d * q + m
+  uint16_t m;              // fp16 minimum
+  uint8_t qs[kQK4_1 / 2];  // q in 0..15
+};
+static_assert(sizeof(BlockQ4_1) == 20, "Q4_1 block is 20 bytes");
+static_assert(offsetof(BlockQ4_1, m) == 2 && offsetof(BlockQ4_1, qs) == 4, "Q4_1 layout");
+
+constexpr int kQK5_0 = 32;
+struct BlockQ5_0 {
+  uint16_t d;              // fp16 scale; x = d * (q - 16)
+  uint8_t qh[4];           // fifth bits, bit j for element j
+  uint8_t qs[kQK5_0 / 2];  // low four bits
+};
+static_assert(sizeof(BlockQ5_0) == 22, "Q5_0 block is 22 bytes");
+static_assert(offsetof(BlockQ5_0, qh) == 2 && offsetof(BlockQ5_0, qs) == 6, "Q5_0 layout");
+
+constexpr int kQK5_1 = 32;
+struct BlockQ5_1 {
+  uint16_t d;              // fp16 scale; x = d * q + m
+  uint16_t m;              // fp16 minimum
+  uint8_t qh[4];           // fifth bits, bit j for element j
+  uint8_t qs[kQK5_1 / 2];  // low four bits
+};
+static_assert(sizeof(BlockQ5_1) == 24, "Q5_1 block is 24 bytes");
+static_assert(offsetof(BlockQ5_1, m) == 2 && offsetof(BlockQ5_1, qh) == 4 &&
+                  offsetof(BlockQ5_1, qs) == 8,
+              "Q5_1 layout");
 
 constexpr int kQK8_0 = 32;
 struct BlockQ8_0 {
-  uint16_t d;  // fp16 scale
+  uint16_t d;  // fp16 scale; x = d * q
   int8_t qs[kQK8_0];
 };
 static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 block is 34 bytes");
+static_assert(offsetof(BlockQ8_0, qs) == 2, "Q8_0 layout");
 
-// Expands `n` elements (a whole number of blocks) of `type` at `src` to floats.
+// ---- K-quants: super-blocks of 256 elements --------------------------------
+
+constexpr int kQK_K = 256;
+constexpr int kKScaleBytes = 12;
+
+// Q4_K: eight sub-blocks of 32 with a 6-bit scale and a 6-bit min each;
+// element x = d * scale_j * q - dmin * min_j, q in 0..15.
+// The 256 elements are four chunks of 64: in chunk c, qs[32c + l] holds
+// element 64c + l in its low nibble (sub-block 2c) and element 64c + 32 + l
+// in its high nibble (sub-block 2c + 1).
+struct BlockQ4_K {
+  uint16_t d;                     // fp16 scale of the scales
+  uint16_t dmin;                  // fp16 scale of the mins
+  uint8_t scales[kKScaleBytes];   // packed 6-bit scales and mins: k_quant_scale_min
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockQ4_K) == 144, "Q4_K block is 144 bytes");
+static_assert(offsetof(BlockQ4_K, dmin) == 2 && offsetof(BlockQ4_K, scales) == 4 &&
+                  offsetof(BlockQ4_K, qs) == 16,
+              "Q4_K layout");
+
+// Q5_K: Q4_K plus a fifth bit per element, q in 0..31. The nibbles are laid
+// out as in Q4_K; bit 2c of qh[l] is the fifth bit of element 64c + l and bit
+// 2c + 1 that of element 64c + 32 + l.
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[kKScaleBytes];
+  uint8_t qh[kQK_K / 8];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockQ5_K) == 176, "Q5_K block is 176 bytes");
+static_assert(offsetof(BlockQ5_K, scales) == 4 && offsetof(BlockQ5_K, qh) == 16 &&
+                  offsetof(BlockQ5_K, qs) == 48,
+              "Q5_K layout");
+
+// Q6_K: sixteen sub-blocks of 16 with a signed 8-bit scale each; element
+// e = d * scales[e / 16] * (q - 32), q in 0..63. The 256 elements are two
+// halves of 128 using ql + 64h, qh + 32h; within half h, for l in 0..31:
+//   element 128h +      l: low  nibble of ql[l],      bits 0-1 of qh[l]
+//   element 128h + 32 + l: low  nibble of ql[l + 32], bits 2-3 of qh[l]
+//   element 128h + 64 + l: high nibble of ql[l],      bits 4-5 of qh[l]
+//   element 128h + 96 + l: high nibble of ql[l + 32], bits 6-7 of qh[l]
+// (the two bits from qh are bits 4-5 of q).
+struct BlockQ6_K {
+  uint8_t ql[kQK_K / 2];
+  uint8_t qh[kQK_K / 4];
+  int8_t scales[kQK_K / 16];
+  uint16_t d;  // fp16 super-block scale
+};
+static_assert(sizeof(BlockQ6_K) == 210, "Q6_K block is 210 bytes");
+static_assert(offsetof(BlockQ6_K, qh) == 128 && offsetof(BlockQ6_K, scales) == 192 &&
+                  offsetof(BlockQ6_K, d) == 208,
+              "Q6_K layout");
+
+// Q8_K: activations quantized for K-quant dot products. A float (not fp16)
+// scale, x = d * q, and bsums[i] = sum of qs[16i .. 16i + 15], which lets a
+// dot product apply the weights' per-sub-block mins without touching qs.
+struct BlockQ8_K {
+  float d;
+  int8_t qs[kQK_K];
+  int16_t bsums[kQK_K / 16];
+};
+static_assert(sizeof(BlockQ8_K) == 292, "Q8_K block is 292 bytes");
+static_assert(offsetof(BlockQ8_K, qs) == 4 && offsetof(BlockQ8_K, bsums) == 260, "Q8_K layout");
+
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K or Q5_K block.
+// For j < 4 they are the low six bits of scales[j] and scales[j + 4]; for
+// j >= 4 their low four bits are the two nibbles of scales[j + 4] and their
+// top two bits the top two bits of scales[j - 4] and scales[j].
+struct KScaleMin {
+  uint8_t scale;
+  uint8_t min;
+};
+inline KScaleMin k_quant_scale_min(const uint8_t* scales, int j) {
+  if (j < 4) return {static_cast<uint8_t>(scales[j] & 63), static_cast<uint8_t>(scales[j + 4] & 63)};
+  return {static_cast<uint8_t>((scales[j + 4] & 0x0f) | ((scales[j - 4] >> 6) << 4)),
+          static_cast<uint8_t>((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4))};
+}
+
+// Expands `n` elements (a whole number of blocks) of `type` at `src` to
+// floats. The scalar reference every SIMD kernel is tested against.
 void dequantize_row(TensorType type, const void* src, float* dst, size_t n);
 
 // Encodes `n` floats (a whole number of blocks) as `type`, rounding as ggml's
-// reference quantizers do. Writes tensor_bytes(traits, n) bytes.
+// reference quantizers do. Writes tensor_bytes(traits, n) bytes. For Q8_K the
+// bsums are filled in.
 void quantize_row(TensorType type, const float* src, void* dst, size_t n);
 
 }  // namespace sipllm

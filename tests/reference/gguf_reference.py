@@ -39,7 +39,9 @@ GGUF_STRING, GGUF_ARRAY = 8, 9
 
 # ggml tensor type -> (name, elements per block, bytes per block)
 GGML_TYPES = {0: ('F32', 1, 4), 1: ('F16', 1, 2), 2: ('Q4_0', 32, 18),
-              8: ('Q8_0', 32, 34), 30: ('BF16', 1, 2)}
+              3: ('Q4_1', 32, 20), 6: ('Q5_0', 32, 22), 7: ('Q5_1', 32, 24),
+              8: ('Q8_0', 32, 34), 12: ('Q4_K', 256, 144), 13: ('Q5_K', 256, 176),
+              14: ('Q6_K', 256, 210), 30: ('BF16', 1, 2)}
 
 
 class Reader:
@@ -137,8 +139,9 @@ class GGUF:
         """Dequantised tensor as a numpy array of shape dims[::-1] (ne0 = last axis)."""
         t = self.tensors[name]
         if t.ttype not in GGML_TYPES:
+            supported = ', '.join(v[0] for v in GGML_TYPES.values())
             raise GGUFError(f"tensor {name} has unsupported ggml type {t.ttype} "
-                            f"(supported: F32, F16, BF16, Q8_0, Q4_0)")
+                            f"(supported: {supported})")
         tname, blk, blk_bytes = GGML_TYPES[t.ttype]
         n = math.prod(t.dims)  # Python ints: garbage dims must not overflow
         if t.dims[0] % blk:
@@ -153,6 +156,47 @@ class GGUF:
         return dequantize(raw, t.ttype).reshape(t.dims[::-1])
 
 
+def blocks(raw, nbytes):
+    return np.frombuffer(raw, np.uint8).reshape(-1, nbytes)
+
+
+def f16(b, at):
+    """The fp16 at byte `at` of every block, as a float64 column."""
+    return b[:, at:at + 2].copy().view('<f2').astype(np.float64)
+
+
+def nibbles(qs):
+    """Blocks of 16 bytes -> 32 levels: low nibbles are elements 0..15, high 16..31."""
+    return np.concatenate([qs & 0xF, qs >> 4], axis=1).astype(np.int16)
+
+
+def fifth_bits(qh4):
+    """Four bytes per block, read as a little-endian uint32: bit j belongs to element j."""
+    qh = qh4.copy().view('<u4')                       # (n, 1)
+    return ((qh >> np.arange(32, dtype=np.uint32)) & 1).astype(np.int16)
+
+
+def k_scales_mins(sc):
+    """Q4_K/Q5_K: twelve bytes -> eight 6-bit scales and eight 6-bit mins.
+    Sub-blocks 0..3 use the low six bits of bytes j and j+4; sub-blocks 4..7
+    take their low four bits from byte j+4's nibbles and their top two bits
+    from the top bits of bytes j-4 (scale) and j (min)."""
+    sc = sc.astype(np.int16)
+    lo_scale, lo_min = sc[:, 0:4] & 63, sc[:, 4:8] & 63
+    hi_scale = (sc[:, 8:12] & 0xF) | ((sc[:, 0:4] >> 6) << 4)
+    hi_min = (sc[:, 8:12] >> 4) | ((sc[:, 4:8] >> 6) << 4)
+    return (np.concatenate([lo_scale, hi_scale], axis=1).astype(np.float64),
+            np.concatenate([lo_min, hi_min], axis=1).astype(np.float64))
+
+
+def k_levels_4bit(qs):
+    """Q4_K/Q5_K low bits: 128 bytes = four chunks of 32; chunk c holds
+    sub-block 2c in its low nibbles and sub-block 2c+1 in its high nibbles.
+    Returns (n, 8, 32) levels, one row per sub-block of 32."""
+    q = qs.reshape(-1, 4, 1, 32)
+    return np.concatenate([q & 0xF, q >> 4], axis=2).reshape(-1, 8, 32).astype(np.int16)
+
+
 def dequantize(raw, ttype):
     if ttype == 0:
         return np.frombuffer(raw, '<f4')
@@ -161,15 +205,49 @@ def dequantize(raw, ttype):
     if ttype == 30:  # bf16 is the top half of an f32
         return (np.frombuffer(raw, '<u2').astype(np.uint32) << 16).view(np.float32)
     if ttype == 8:   # Q8_0: f16 d, int8 qs[32]
-        b = np.frombuffer(raw, np.uint8).reshape(-1, 34)
-        d = b[:, :2].copy().view('<f2').astype(np.float64)
-        return (d * b[:, 2:].view(np.int8)).reshape(-1)
-    if ttype == 2:   # Q4_0: f16 d, 16 bytes; low nibbles are elements 0..15, high 16..31
-        b = np.frombuffer(raw, np.uint8).reshape(-1, 18)
-        d = b[:, :2].copy().view('<f2').astype(np.float64)
-        qs = b[:, 2:].astype(np.int16)
-        q = np.concatenate([(qs & 0xF) - 8, (qs >> 4) - 8], axis=1)
-        return (d * q).reshape(-1)
+        b = blocks(raw, 34)
+        return (f16(b, 0) * b[:, 2:].view(np.int8)).reshape(-1)
+    if ttype == 2:   # Q4_0: f16 d, 16 bytes of nibbles; x = d * (q - 8)
+        b = blocks(raw, 18)
+        return (f16(b, 0) * (nibbles(b[:, 2:]) - 8)).reshape(-1)
+    if ttype == 3:   # Q4_1: f16 d, f16 m, 16 bytes of nibbles; x = d * q + m
+        b = blocks(raw, 20)
+        return (f16(b, 0) * nibbles(b[:, 4:]) + f16(b, 2)).reshape(-1)
+    if ttype == 6:   # Q5_0: f16 d, 4 bytes of fifth bits, 16 of nibbles; x = d * (q - 16)
+        b = blocks(raw, 22)
+        q = nibbles(b[:, 6:]) | (fifth_bits(b[:, 2:6]) << 4)
+        return (f16(b, 0) * (q - 16)).reshape(-1)
+    if ttype == 7:   # Q5_1: f16 d, f16 m, 4 bytes of fifth bits, 16 of nibbles; x = d * q + m
+        b = blocks(raw, 24)
+        q = nibbles(b[:, 8:]) | (fifth_bits(b[:, 4:8]) << 4)
+        return (f16(b, 0) * q + f16(b, 2)).reshape(-1)
+    if ttype == 12:  # Q4_K: f16 d, f16 dmin, 12 scale bytes, 128 of nibbles
+        b = blocks(raw, 144)
+        scale, mn = k_scales_mins(b[:, 4:16])
+        q = k_levels_4bit(b[:, 16:])
+        x = (f16(b, 0) * scale)[:, :, None] * q - (f16(b, 2) * mn)[:, :, None]
+        return x.reshape(-1)
+    if ttype == 13:  # Q5_K: as Q4_K plus 32 bytes of fifth bits before the nibbles
+        b = blocks(raw, 176)
+        scale, mn = k_scales_mins(b[:, 4:16])
+        qh = b[:, 16:48].astype(np.int16)                   # (n, 32)
+        # bit j of qh[l] is the fifth bit of element l of sub-block j
+        high = (qh[:, None, :] >> np.arange(8)[None, :, None]) & 1
+        q = k_levels_4bit(b[:, 48:]) | (high << 4)
+        x = (f16(b, 0) * scale)[:, :, None] * q - (f16(b, 2) * mn)[:, :, None]
+        return x.reshape(-1)
+    if ttype == 14:  # Q6_K: 128 bytes low nibbles, 64 bytes 2-bit pairs, 16 int8 scales, f16 d
+        b = blocks(raw, 210)
+        ql = b[:, 0:128].reshape(-1, 2, 2, 32).astype(np.int16)   # half, ql group, l
+        qh = b[:, 128:192].reshape(-1, 2, 1, 32).astype(np.int16)  # half, -, l
+        # quarter k (0..3) of each half of 128: nibble k // 2 (low, high) of
+        # ql group k % 2, and bits 2k, 2k+1 of qh
+        low = np.stack([ql[:, :, 0] & 0xF, ql[:, :, 1] & 0xF,
+                        ql[:, :, 0] >> 4, ql[:, :, 1] >> 4], axis=2)   # (n, 2, 4, 32)
+        high = (qh >> (2 * np.arange(4, dtype=np.int16))[None, None, :, None]) & 3
+        q = (low | (high << 4)).reshape(-1, 256) - 32
+        scales = np.repeat(b[:, 192:208].view(np.int8).astype(np.float64), 16, axis=1)
+        return (f16(b, 208) * scales * q).reshape(-1)
     raise AssertionError(ttype)
 
 

@@ -10,7 +10,11 @@ namespace sipllm {
 
 struct RandomModelSpec {
   std::string shape = "tiny";  // see random_model_shapes()
-  std::string type = "Q8_0";   // F32, F16, BF16, Q8_0, Q4_0
+  // F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (every
+  // matrix of that type, as llama.cpp's quantize --pure; rows that do not fit
+  // the block fall back as llama.cpp's do), or the mixes Q4_K_M and Q5_K_M
+  // with llama.cpp's per-tensor rules. Norms are F32.
+  std::string type = "Q8_0";
   std::string vocab_path;      // any GGUF with tokenizer.ggml.* metadata
   uint64_t seed = 1;
 };
