@@ -5,7 +5,10 @@
 // prefill and decode, time to first token, speeds and peak memory. With
 // --sweep-budget, repeats the run across memory budgets from 0 to the model
 // size and prints decode speed and memory for each.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -47,6 +50,29 @@ std::vector<int32_t> bench_prompt(const Engine& engine, int n) {
 
 double mb(uint64_t bytes) { return static_cast<double>(bytes) / 1e6; }
 
+// Bytes per second memcpy moves between two buffers far larger than the
+// caches, split over `threads` threads: the yardstick for the weight
+// bandwidth of decoding. Best of three.
+double memcpy_bytes_per_s(int threads) {
+  const size_t bytes = size_t{256} << 20;
+  std::vector<char> from(bytes, 1), to(bytes, 0);
+  double best = 0;
+  for (int round = 0; round < 3; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> copiers;
+    const size_t share = bytes / static_cast<size_t>(threads);
+    for (int t = 0; t < threads; ++t) {
+      copiers.emplace_back([&, t] {
+        std::memcpy(to.data() + static_cast<size_t>(t) * share, from.data() + static_cast<size_t>(t) * share, share);
+      });
+    }
+    for (auto& c : copiers) c.join();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, static_cast<double>(share) * threads / s);
+  }
+  return best;
+}
+
 GenerationStats run_once(Engine& engine, const BenchOptions& bench) {
   GenerateOptions options;
   options.max_tokens = bench.gen_tokens;
@@ -57,6 +83,7 @@ GenerationStats run_once(Engine& engine, const BenchOptions& bench) {
 }
 
 void print_report(const GenerationStats& s, const Engine& engine, const CommonOptions& common) {
+  const uint64_t peak_rss = peak_rss_bytes();  // before the memcpy measurement's buffers
   const LoaderStats& l = s.loader;
   std::printf("\n%-14s %6s %10s %10s %10s %10s %10s\n", "unit", "loads", "MB/load", "io ms",
               "prepare ms", "compute ms", "wait ms");
@@ -84,11 +111,19 @@ void print_report(const GenerationStats& s, const Engine& engine, const CommonOp
   std::printf("decode            %.2f tokens/s (%.1f ms for %d tokens, %.2f ms/token)\n",
               s.decode_tokens_per_s(), s.decode_ms, s.generated_tokens,
               s.generated_tokens > 1 ? s.decode_ms / (s.generated_tokens - 1) : 0.0);
+  // Every decode step reads every unit's weights once, resident or streamed.
+  uint64_t weights_per_token = 0;
+  for (const UnitCounters& u : l.units) weights_per_token += u.bytes;
+  const int threads = common.engine.threads > 0 ? common.engine.threads
+                                                : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::printf("weight bandwidth  %.1f MB/token read in decode: %.2f GB/s; memcpy copies %.2f GB/s (1 thread), %.2f GB/s (%d threads)\n",
+              mb(weights_per_token), static_cast<double>(weights_per_token) * s.decode_tokens_per_s() / 1e9,
+              memcpy_bytes_per_s(1) / 1e9, memcpy_bytes_per_s(threads) / 1e9, threads);
   std::printf("weights in memory resident %.3f MB (%d units), ring %.3f MB (%d streamed units), peak %.3f MB\n",
               mb(l.resident_bytes), l.resident_units, mb(l.ring_bytes), l.streamed_units,
               mb(l.peak_weight_bytes));
   std::printf("KV cache          %.3f MB\n", mb(s.kv_cache_bytes));
-  std::printf("peak RSS          %.1f MB\n", mb(peak_rss_bytes()));
+  std::printf("peak RSS          %.1f MB\n", mb(peak_rss));
   (void)engine;
   (void)common;
 }

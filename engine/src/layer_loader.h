@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels.h"
+#include "kernels/matmul.h"
 #include "model_layout.h"
 #include "sipllm/engine.h"
 #include "sipllm/weight_source.h"
@@ -67,9 +67,10 @@ class LayerLoader {
   const UnitView& acquire(int unit);
   void release(int unit);
 
-  // Writes token `token`'s embedding row as floats (from memory when the table
-  // is resident, else with one small read).
-  void embed(int32_t token, float* out);
+  // Writes the embedding rows of tokens[0..n) as floats, n rows of dim: from
+  // memory when resident, else with one small read per distinct row, issued
+  // together so that a network source has them in flight at once.
+  void embed(const int32_t* tokens, int n, float* out);
 
   // Makes acquire() throw kAborted promptly and stops prefetching, until
   // clear_cancel(). Safe from any thread.
@@ -146,6 +147,7 @@ class LayerLoader {
   int in_use_ = -1;
   bool continuation_ = false;
   bool stopping_ = false;
+  bool halted_ = false;  // a load failed: prefetch nothing until asked again
   std::atomic<bool> cancelled_{false};
   uint64_t generation_ = 0;
   std::thread worker_;

@@ -3,9 +3,18 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels.h"
+#include "kernels/attention.h"
+#include "kernels/elementwise.h"
+#include "kernels/matmul.h"
 
 namespace sipllm {
+namespace {
+
+// Elements of per-position work (norms, rope, SwiGLU) below which a chunk's
+// positions are processed on the calling thread alone.
+constexpr size_t kParallelElements = 1 << 14;
+
+}  // namespace
 
 Transformer::Transformer(const ModelLayout& layout, LayerLoader& loader, ThreadPool& pool,
                          int prefill_chunk)
@@ -51,8 +60,13 @@ void Transformer::prefill(const int32_t* tokens, int n, int start_pos, KvCache& 
     proj_.resize(rows * dim);
     gate_.resize(rows * static_cast<size_t>(config_.hidden_dim));
     up_.resize(rows * static_cast<size_t>(config_.hidden_dim));
+    const size_t rope_table = 2 * static_cast<size_t>(config_.rope_dims);
+    rope_tables_.resize(rows * rope_table);
+    for (int i = 0; i < m; ++i) {
+      rope_angles(pos0 + i, config_.rope_dims, config_.rope_freq_base, &rope_tables_[static_cast<size_t>(i) * rope_table]);
+    }
 
-    for (int i = 0; i < m; ++i) loader_.embed(tokens[first + i], &x_[static_cast<size_t>(i) * dim]);
+    loader_.embed(tokens + first, m, x_.data());
 
     for (int l = 0; l < n_layers; ++l) {
       const UnitView& w = loader_.acquire(l);
@@ -68,6 +82,14 @@ void Transformer::prefill(const int32_t* tokens, int n, int start_pos, KvCache& 
   }
 }
 
+template <class Fn>
+void Transformer::for_each_position(int n, int width, const Fn& fn) {
+  const size_t per_chunk = std::max<size_t>(1, kParallelElements / static_cast<size_t>(width));
+  pool_.parallel_for(static_cast<size_t>(n), per_chunk, [&](size_t begin, size_t end, int) {
+    for (size_t i = begin; i < end; ++i) fn(static_cast<int>(i));
+  });
+}
+
 void Transformer::run_block(int layer, const UnitView& w, int n, int start_pos, KvCache& cache) {
   const int dim = config_.dim;
   const int kv_dim = config_.kv_dim();
@@ -77,69 +99,38 @@ void Transformer::run_block(int layer, const UnitView& w, int n, int start_pos, 
   };
 
   // Attention.
-  for (int i = 0; i < n; ++i) {
+  for_each_position(n, dim, [&](int i) {
     rmsnorm(at(xb_, i, dim), at(x_, i, dim), w.vectors[kAttnNorm], dim, config_.rms_eps);
-  }
-  matmul(w.matrices[kAttnQ], xb_.data(), n, q_.data(), pool_);
-  matmul(w.matrices[kAttnK], xb_.data(), n, k_.data(), pool_);
-  matmul(w.matrices[kAttnV], xb_.data(), n, v_.data(), pool_);
-  for (int i = 0; i < n; ++i) {
+  });
+  activations_.reset(xb_.data(), n, dim);
+  matmul(w.matrices[kAttnQ], activations_, q_.data(), pool_);
+  matmul(w.matrices[kAttnK], activations_, k_.data(), pool_);
+  matmul(w.matrices[kAttnV], activations_, v_.data(), pool_);
+  for_each_position(n, dim + kv_dim, [&](int i) {
     const int pos = start_pos + i;
-    rope(at(q_, i, dim), config_.n_heads, config_.head_dim, config_.rope_dims, pos, config_.rope_freq_base);
-    rope(at(k_, i, kv_dim), config_.n_kv_heads, config_.head_dim, config_.rope_dims, pos,
-         config_.rope_freq_base);
+    const float* table = at(rope_tables_, i, 2 * config_.rope_dims);
+    rope_rotate(at(q_, i, dim), config_.n_heads, config_.head_dim, config_.rope_dims, table);
+    rope_rotate(at(k_, i, kv_dim), config_.n_kv_heads, config_.head_dim, config_.rope_dims, table);
     std::copy_n(at(k_, i, kv_dim), kv_dim, cache.key(layer, pos));
     std::copy_n(at(v_, i, kv_dim), kv_dim, cache.value(layer, pos));
-  }
-  attention(layer, n, start_pos, cache);
-  matmul(w.matrices[kAttnOutput], att_out_.data(), n, proj_.data(), pool_);
-  for (size_t j = 0; j < static_cast<size_t>(n) * static_cast<size_t>(dim); ++j) x_[j] += proj_[j];
+  });
+  const AttentionShape shape{config_.n_heads, config_.n_kv_heads, config_.head_dim};
+  attention(q_.data(), n, start_pos, cache, layer, shape, att_out_.data(), pool_, scores_);
+  activations_.reset(att_out_.data(), n, dim);
+  matmul(w.matrices[kAttnOutput], activations_, proj_.data(), pool_);
+  for_each_position(n, dim, [&](int i) { add_in_place(at(x_, i, dim), at(proj_, i, dim), dim); });
 
   // Feed-forward.
-  for (int i = 0; i < n; ++i) {
+  for_each_position(n, dim, [&](int i) {
     rmsnorm(at(xb_, i, dim), at(x_, i, dim), w.vectors[kFfnNorm], dim, config_.rms_eps);
-  }
-  matmul(w.matrices[kFfnGate], xb_.data(), n, gate_.data(), pool_);
-  matmul(w.matrices[kFfnUp], xb_.data(), n, up_.data(), pool_);
-  for (int i = 0; i < n; ++i) swiglu(at(gate_, i, hidden), at(up_, i, hidden), hidden);
-  matmul(w.matrices[kFfnDown], gate_.data(), n, proj_.data(), pool_);
-  for (size_t j = 0; j < static_cast<size_t>(n) * static_cast<size_t>(dim); ++j) x_[j] += proj_[j];
-}
-
-void Transformer::attention(int layer, int n, int start_pos, const KvCache& cache) {
-  const int n_heads = config_.n_heads;
-  const int head_dim = config_.head_dim;
-  const int group = n_heads / config_.n_kv_heads;
-  const int dim = config_.dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const auto span = static_cast<size_t>(start_pos + n);
-  scores_.resize(static_cast<size_t>(pool_.size()) * span);
-
-  pool_.parallel_for(static_cast<size_t>(n) * static_cast<size_t>(n_heads), 1,
-                     [&](size_t begin, size_t end, int thread) {
-    float* scores = &scores_[static_cast<size_t>(thread) * span];
-    for (size_t task = begin; task < end; ++task) {
-      const int i = static_cast<int>(task / static_cast<size_t>(n_heads));
-      const int h = static_cast<int>(task % static_cast<size_t>(n_heads));
-      const int pos = start_pos + i;
-      const int kv_offset = (h / group) * head_dim;
-      const float* q = &q_[static_cast<size_t>(i) * dim + static_cast<size_t>(h) * head_dim];
-      for (int t = 0; t <= pos; ++t) {
-        const float* k = cache.key(layer, t) + kv_offset;
-        float s = 0;
-        for (int d = 0; d < head_dim; ++d) s += q[d] * k[d];
-        scores[t] = s * scale;
-      }
-      softmax(scores, pos + 1);
-      float* out = &att_out_[static_cast<size_t>(i) * dim + static_cast<size_t>(h) * head_dim];
-      std::fill_n(out, head_dim, 0.0f);
-      for (int t = 0; t <= pos; ++t) {
-        const float* v = cache.value(layer, t) + kv_offset;
-        const float a = scores[t];
-        for (int d = 0; d < head_dim; ++d) out[d] += a * v[d];
-      }
-    }
   });
+  activations_.reset(xb_.data(), n, dim);
+  matmul(w.matrices[kFfnGate], activations_, gate_.data(), pool_);
+  matmul(w.matrices[kFfnUp], activations_, up_.data(), pool_);
+  for_each_position(n, hidden, [&](int i) { swiglu(at(gate_, i, hidden), at(up_, i, hidden), hidden); });
+  activations_.reset(gate_.data(), n, hidden);
+  matmul(w.matrices[kFfnDown], activations_, proj_.data(), pool_);
+  for_each_position(n, dim, [&](int i) { add_in_place(at(x_, i, dim), at(proj_, i, dim), dim); });
 }
 
 void Transformer::run_head(int first, int count, float* logits) {
@@ -153,9 +144,10 @@ void Transformer::run_head(int first, int count, float* logits) {
                 w.vectors[kOutputNorm], dim, config_.rms_eps);
       }
     }
+    if (u == layout_.first_head_unit()) activations_.reset(xb_.data(), count, dim);
     // This piece's rows of every position's logits.
     const WeightMatrix& output = w.matrices[kOutput];
-    matmul(output, xb_.data(), count, logits + row, pool_, config_.n_vocab);
+    matmul(output, activations_, logits + row, pool_, config_.n_vocab);
     row += output.rows;
     loader_.release(u);
   }

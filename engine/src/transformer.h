@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/activation_quant.h"
 #include "kv_cache.h"
 #include "layer_loader.h"
 #include "model_layout.h"
@@ -32,7 +33,10 @@ class Transformer {
 
  private:
   void run_block(int layer, const UnitView& w, int n, int start_pos, KvCache& cache);
-  void attention(int layer, int n, int start_pos, const KvCache& cache);
+  // Calls fn(i) for each position i < n of the chunk, spread over the pool
+  // when the chunk is long enough to pay for it.
+  template <class Fn>
+  void for_each_position(int n, int width, const Fn& fn);
   // Final norm and output head for positions first..first+count of the
   // chunk, streaming the head's pieces in turn.
   void run_head(int first, int count, float* logits);
@@ -45,7 +49,9 @@ class Transformer {
 
   // Activations for one chunk of positions, row-major [position][feature].
   std::vector<float> x_, xb_, q_, k_, v_, att_out_, proj_, gate_, up_;
-  std::vector<float> scores_;  // [thread][context position]
+  std::vector<float> rope_tables_;   // [position][2 * rope_dims]: see rope_angles()
+  Activations activations_;          // the current matmul input, quantized once for all its users
+  std::vector<float> scores_;        // [thread][context position]
 };
 
 }  // namespace sipllm

@@ -1,0 +1,121 @@
+#include "kernels/activation_quant.h"
+
+#include <cmath>
+
+#include "kernels/simd.h"
+#include "thread_pool.h"
+
+namespace sipllm {
+namespace {
+
+// Rows of at least this many elements in total are quantized in parallel.
+constexpr size_t kParallelElements = 1 << 15;
+
+}  // namespace
+
+int activation_block(ActivationFormat format) {
+  switch (format) {
+    case ActivationFormat::kQ8_0: return 32;
+    case ActivationFormat::kQ8_K: return 256;
+    case ActivationFormat::kF32: return 1;
+  }
+  return 1;
+}
+
+void quantize_activation_row(const float* x, int cols, ActivationFormat format, int16_t* q,
+                             float* d, int32_t* sums) {
+  const int block = activation_block(format);
+  for (int b = 0; b < cols / block; ++b) {
+    const float* xb = x + static_cast<size_t>(b) * block;
+    v128_t amax = wasm_f32x4_splat(0.0f);
+    for (int i = 0; i < block; i += 4) {
+      amax = wasm_f32x4_pmax(amax, wasm_f32x4_abs(simd::load(xb + i)));
+    }
+    const float scale = simd::max_f32(amax) / 127.0f;
+    d[b] = scale;
+    const v128_t inverse = wasm_f32x4_splat(scale != 0.0f ? 1.0f / scale : 0.0f);
+    int16_t* qb = q + static_cast<size_t>(b) * block;
+    for (int run = 0; run < block; run += 32) {
+      v128_t run_sum = wasm_i32x4_splat(0);
+      for (int i = run; i < run + 32; i += 8) {
+        const v128_t lo = wasm_i32x4_trunc_sat_f32x4(
+            wasm_f32x4_nearest(wasm_f32x4_mul(simd::load(xb + i), inverse)));
+        const v128_t hi = wasm_i32x4_trunc_sat_f32x4(
+            wasm_f32x4_nearest(wasm_f32x4_mul(simd::load(xb + i + 4), inverse)));
+        run_sum = wasm_i32x4_add(run_sum, wasm_i32x4_add(lo, hi));
+        simd::store(qb + i, wasm_i16x8_narrow_i32x4(lo, hi));
+      }
+      sums[(b * block + run) / 32] = simd::sum_i32(run_sum);
+    }
+  }
+}
+
+void quantize_activation_row_reference(const float* x, int cols, ActivationFormat format,
+                                       int16_t* q, float* d, int32_t* sums) {
+  const int block = activation_block(format);
+  for (int b = 0; b < cols / block; ++b) {
+    const float* xb = x + static_cast<size_t>(b) * block;
+    float amax = 0.0f;
+    for (int i = 0; i < block; ++i) {
+      const float a = std::fabs(xb[i]);
+      amax = amax < a ? a : amax;
+    }
+    const float scale = amax / 127.0f;
+    d[b] = scale;
+    const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+    for (int i = 0; i < block; ++i) {
+      q[b * block + i] = static_cast<int16_t>(std::nearbyint(xb[i] * inverse));
+    }
+  }
+  for (int r = 0; r < cols / 32; ++r) {
+    int32_t s = 0;
+    for (int i = 0; i < 32; ++i) s += q[r * 32 + i];
+    sums[r] = s;
+  }
+}
+
+void quantize_activations(const float* x, int n_positions, int cols, ActivationFormat format,
+                          QuantizedActivations* out, ThreadPool* pool) {
+  const int block = activation_block(format);
+  out->format = format;
+  out->block = block;
+  out->cols = cols;
+  out->n_positions = n_positions;
+  const auto n = static_cast<size_t>(n_positions);
+  out->q.resize(n * static_cast<size_t>(cols));
+  out->d.resize(n * static_cast<size_t>(cols / block));
+  out->sums.resize(n * static_cast<size_t>(cols / 32));
+  auto rows = [&](size_t begin, size_t end, int) {
+    for (size_t p = begin; p < end; ++p) {
+      quantize_activation_row(x + p * static_cast<size_t>(cols), cols, format,
+                              out->q.data() + p * static_cast<size_t>(cols),
+                              out->d.data() + p * static_cast<size_t>(cols / block),
+                              out->sums.data() + p * static_cast<size_t>(cols / 32));
+    }
+  };
+  if (pool != nullptr && n * static_cast<size_t>(cols) >= kParallelElements) {
+    pool->parallel_for(n, 1, rows);
+  } else {
+    rows(0, n, 0);
+  }
+}
+
+void Activations::reset(const float* x, int n_positions, int cols) {
+  x_ = x;
+  n_positions_ = n_positions;
+  cols_ = cols;
+  have_q8_0_ = have_q8_k_ = false;
+}
+
+const QuantizedActivations& Activations::quantized(ActivationFormat format, ThreadPool& pool) {
+  const bool k = format == ActivationFormat::kQ8_K;
+  QuantizedActivations& out = k ? q8_k_ : q8_0_;
+  bool& have = k ? have_q8_k_ : have_q8_0_;
+  if (!have) {
+    quantize_activations(x_, n_positions_, cols_, format, &out, &pool);
+    have = true;
+  }
+  return out;
+}
+
+}  // namespace sipllm

@@ -1,0 +1,77 @@
+// The input rows of a matrix product, quantized to 8 bits for integer dot
+// products with quantized weights, as ggml does: blocks of 32 (Q8_0) for the
+// 32-element weight formats, blocks of 256 (Q8_K) for the K-quants.
+//
+// Unlike ggml's in-file layouts, the scale stays a float, the values are kept
+// widened to int16 (a dot product then needs no unpacking of the side that
+// is reused for every weight row), and every run of 32 values carries its
+// integer sum (what weight formats with a minimum, or an offset, need).
+//
+// Each position is quantized on its own, by a function of its values alone:
+// the same row quantizes the same way whatever else is in the batch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace sipllm {
+
+class ThreadPool;
+
+enum class ActivationFormat {
+  kF32,   // plain floats
+  kQ8_0,  // d = max|x| / 127 per 32 values, q = round_even(x / d)
+  kQ8_K,  // the same per 256 values
+};
+
+// Elements per scale of a quantized format.
+int activation_block(ActivationFormat format);
+
+struct QuantizedActivations {
+  ActivationFormat format = ActivationFormat::kQ8_0;
+  int cols = 0;
+  int n_positions = 0;
+  int block = 32;  // activation_block(format)
+
+  std::vector<int16_t> q;     // [position][cols]
+  std::vector<float> d;       // [position][cols / block]
+  std::vector<int32_t> sums;  // [position][cols / 32]: sum of each run of 32 q
+
+  const int16_t* q_row(int p) const { return q.data() + static_cast<size_t>(p) * cols; }
+  const float* d_row(int p) const { return d.data() + static_cast<size_t>(p) * static_cast<size_t>(cols / block); }
+  const int32_t* sums_row(int p) const { return sums.data() + static_cast<size_t>(p) * (cols / 32); }
+};
+
+// Quantizes n_positions rows of `cols` floats (a multiple of the format's
+// block). Spreads positions across `pool` when there are many.
+void quantize_activations(const float* x, int n_positions, int cols, ActivationFormat format,
+                          QuantizedActivations* out, ThreadPool* pool = nullptr);
+
+// One row, SIMD, and its scalar reference (equal bit for bit: tested).
+void quantize_activation_row(const float* x, int cols, ActivationFormat format, int16_t* q,
+                             float* d, int32_t* sums);
+void quantize_activation_row_reference(const float* x, int cols, ActivationFormat format,
+                                       int16_t* q, float* d, int32_t* sums);
+
+// The input of a matrix product in each form a kernel asks for, each made at
+// most once: Q, K and V (or gate and up) share one quantization.
+class Activations {
+ public:
+  void reset(const float* x, int n_positions, int cols);
+
+  const float* f32() const { return x_; }
+  int n_positions() const { return n_positions_; }
+  int cols() const { return cols_; }
+  // The quantized form, made on first use.
+  const QuantizedActivations& quantized(ActivationFormat format, ThreadPool& pool);
+
+ private:
+  const float* x_ = nullptr;
+  int n_positions_ = 0;
+  int cols_ = 0;
+  QuantizedActivations q8_0_, q8_k_;
+  bool have_q8_0_ = false, have_q8_k_ = false;
+};
+
+}  // namespace sipllm

@@ -1,0 +1,37 @@
+// Causal multi-head attention (with grouped KV heads) over the paged KV
+// cache: for query position `pos` and head h,
+//   out_h = sum over t <= pos of softmax_t(q_h . k_t / sqrt(head_dim)) v_t
+// where k_t and v_t are the cache's rows of h's KV head.
+//
+// Each (position, head) is computed on its own with a fixed order of
+// operations, so the result does not depend on the batch or thread count.
+#pragma once
+
+#include <vector>
+
+#include "kv_cache.h"
+
+namespace sipllm {
+
+class ThreadPool;
+
+struct AttentionShape {
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+};
+
+// One head of one position. `scores` has room for pos + 1 floats.
+void attend(const float* q, int pos, int head, const KvCache& cache, int layer,
+            const AttentionShape& shape, float* out, float* scores);
+void attend_reference(const float* q, int pos, int head, const KvCache& cache, int layer,
+                      const AttentionShape& shape, float* out, float* scores);
+
+// Every head of positions start_pos .. start_pos + n - 1, whose queries are
+// the rows of q (n x n_heads * head_dim) and whose keys and values are already
+// in the cache; writes the rows of out alike. Spreads (position, head) pairs
+// over the pool when there is enough work; `scratch` holds per-thread scores.
+void attention(const float* q, int n, int start_pos, const KvCache& cache, int layer,
+               const AttentionShape& shape, float* out, ThreadPool& pool, std::vector<float>& scratch);
+
+}  // namespace sipllm

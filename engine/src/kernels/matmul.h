@@ -1,0 +1,68 @@
+// Matrix products of a weight matrix, in its file type, with a batch of
+// positions: y[p][r] = dot(W[r], x[p]).
+//
+// Every output element is computed with a fixed order of operations that
+// depends only on the shapes: not on the thread count, not on how many
+// positions are processed together, not on which rows share a tile. That is
+// what makes layer-major prefill bit-identical to one token at a time, and 1
+// thread identical to N.
+//
+// Quantized weights are multiplied by activations quantized to 8 bits (see
+// activation_quant.h) with integer dot products; float weights by float
+// activations. Rows go four at a time (one per lane of the accumulators) and
+// positions a few at a time, so each unpacked weight block serves several
+// positions; threads split the rows.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/activation_quant.h"
+#include "tensor_type.h"
+
+namespace sipllm {
+
+class ThreadPool;
+
+// A matrix of `rows` rows of `cols` elements each, in the file's type.
+struct WeightMatrix {
+  TensorType type = TensorType::kF32;
+  int rows = 0;
+  int cols = 0;
+  const uint8_t* data = nullptr;
+  size_t row_bytes = 0;
+};
+
+// What a kernel reads of the activations: the floats, and for integer kernels
+// their quantized form.
+struct ActivationView {
+  int n_positions = 0;
+  int cols = 0;
+  const float* f32 = nullptr;               // [position][cols]
+  const QuantizedActivations* q = nullptr;  // in the kernel's format
+};
+
+// Writes y[p * y_stride + r] for rows [row_begin, row_end) and every position.
+using MatmulRowsFn = void (*)(const WeightMatrix& w, int row_begin, int row_end,
+                              const ActivationView& x, float* y, size_t y_stride);
+
+struct MatmulKernel {
+  ActivationFormat activations;
+  MatmulRowsFn rows;       // SIMD
+  MatmulRowsFn reference;  // plain scalar, the definition the SIMD path is tested against
+};
+
+// The kernel for a weight type; nullptr when there is none.
+const MatmulKernel* find_matmul_kernel(TensorType type);
+
+// y[p * y_stride + r] = dot(W[r], x[p]) for every row and position. y_stride
+// defaults to w.rows. Throws Error(kUnsupported) naming the type when no
+// kernel handles it.
+void matmul(const WeightMatrix& w, Activations& x, float* y, ThreadPool& pool, int y_stride = 0);
+void matmul(const WeightMatrix& w, const float* x, int n_positions, float* y, ThreadPool& pool,
+            int y_stride = 0);
+
+// Copies row `row` of `w` out as floats.
+void dequantize_matrix_row(const WeightMatrix& w, int row, float* out);
+
+}  // namespace sipllm

@@ -1,0 +1,311 @@
+// Weights in 32-element blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) times Q8_0
+// activations.
+//
+// Per block, the weight values are unpacked to int16 and multiplied with the
+// int16 activations by i32x4.dot_i16x8: the block's integer sum is exact.
+// (Q4_0 and Q5_0 unpack q and subtract offset * sum(x_q) once: the same sum
+// of (q - offset) * x_q, in fewer operations.)
+// Then, for row r and position p, in block order:
+//   acc += (float)isum * (d_w * d_x)                      (Q4_0, Q5_0, Q8_0)
+//   acc += (float)isum * (d_w * d_x) + m_w * (d_x * sum_x) (Q4_1, Q5_1)
+// Four rows share a tile, one per lane; a few positions share each unpacked
+// block. The references compute exactly this, one element at a time.
+#include <array>
+#include <cstddef>
+#include <cstring>
+
+#include "half.h"
+#include "kernels/quant_dot.h"
+#include "kernels/simd.h"
+
+namespace sipllm {
+namespace {
+
+constexpr int kBlock = 32;
+
+template <typename Block>
+Block read_block(const uint8_t* p) {
+  Block b;
+  std::memcpy(&b, p, sizeof b);
+  return b;
+}
+
+// ---- The formats: SIMD unpacking and its scalar reference ---------------------
+//
+// unpack() writes the block's 32 integer values as four i16x8 in element
+// order; unpack_reference() the same values one by one, from the layout
+// description in tensor_type.h.
+
+inline v128_t low_nibbles(v128_t bytes) { return wasm_v128_and(bytes, wasm_i8x16_splat(0x0f)); }
+// A 16-bit shift then a mask: wasm has no 8-bit shift instruction, and
+// engines emulate i8x16.shr_u with more than these two.
+inline v128_t high_nibbles(v128_t bytes) { return low_nibbles(wasm_u16x8_shr(bytes, 4)); }
+
+// kFifthBitBytes[b] has byte j equal to 16 where bit j of b is set, else 0:
+// eight fifth bits become eight byte values with one table lookup.
+constexpr std::array<uint64_t, 256> fifth_bit_bytes() {
+  std::array<uint64_t, 256> table{};
+  for (int b = 0; b < 256; ++b) {
+    for (int j = 0; j < 8; ++j) {
+      if ((b >> j) & 1) table[static_cast<size_t>(b)] |= uint64_t{16} << (8 * j);
+    }
+  }
+  return table;
+}
+constexpr std::array<uint64_t, 256> kFifthBitBytes = fifth_bit_bytes();
+
+// 16 in byte j where bit j + 8 * kFirstByte of qh is set (j < 16).
+template <int kFirstByte>
+v128_t fifth_bits(uint32_t qh) {
+  return wasm_i64x2_make(static_cast<int64_t>(kFifthBitBytes[(qh >> (8 * kFirstByte)) & 0xff]),
+                         static_cast<int64_t>(kFifthBitBytes[(qh >> (8 * kFirstByte + 8)) & 0xff]));
+}
+
+inline void widen_unsigned(v128_t lo, v128_t hi, v128_t w[4]) {
+  w[0] = wasm_u16x8_extend_low_u8x16(lo);
+  w[1] = wasm_u16x8_extend_high_u8x16(lo);
+  w[2] = wasm_u16x8_extend_low_u8x16(hi);
+  w[3] = wasm_u16x8_extend_high_u8x16(hi);
+}
+
+struct Q8_0Format {
+  static constexpr size_t kBytes = sizeof(BlockQ8_0);
+  static constexpr bool kHasMin = false;
+  static constexpr int kOffset = 0;
+  static uint16_t scale_bits(const uint8_t* b) { return simd::load_u16(b); }
+  static uint16_t min_bits(const uint8_t*) { return 0; }
+  static void unpack(const uint8_t* b, v128_t w[4]) {
+    const uint8_t* qs = b + offsetof(BlockQ8_0, qs);
+    w[0] = simd::load_i8x8_to_i16x8(qs);
+    w[1] = simd::load_i8x8_to_i16x8(qs + 8);
+    w[2] = simd::load_i8x8_to_i16x8(qs + 16);
+    w[3] = simd::load_i8x8_to_i16x8(qs + 24);
+  }
+  static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ8_0>(b).d); }
+  static float min_reference(const uint8_t*) { return 0.0f; }
+  static void unpack_reference(const uint8_t* b, int16_t q[kBlock]) {
+    const auto block = read_block<BlockQ8_0>(b);
+    for (int j = 0; j < kBlock; ++j) q[j] = block.qs[j];
+  }
+};
+
+struct Q4_0Format {
+  static constexpr size_t kBytes = sizeof(BlockQ4_0);
+  static constexpr bool kHasMin = false;
+  static constexpr int kOffset = 8;
+  static uint16_t scale_bits(const uint8_t* b) { return simd::load_u16(b); }
+  static uint16_t min_bits(const uint8_t*) { return 0; }
+  // The unsigned nibbles; the kernel subtracts 8 * sum(x) instead of 8 from
+  // every value.
+  static void unpack(const uint8_t* b, v128_t w[4]) {
+    const v128_t bytes = simd::load(b + offsetof(BlockQ4_0, qs));
+    widen_unsigned(low_nibbles(bytes), high_nibbles(bytes), w);
+  }
+  static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ4_0>(b).d); }
+  static float min_reference(const uint8_t*) { return 0.0f; }
+  static void unpack_reference(const uint8_t* b, int16_t q[kBlock]) {
+    const auto block = read_block<BlockQ4_0>(b);
+    for (int j = 0; j < kBlock / 2; ++j) {
+      q[j] = static_cast<int16_t>((block.qs[j] & 0x0f) - 8);
+      q[j + kBlock / 2] = static_cast<int16_t>((block.qs[j] >> 4) - 8);
+    }
+  }
+};
+
+struct Q4_1Format {
+  static constexpr size_t kBytes = sizeof(BlockQ4_1);
+  static constexpr bool kHasMin = true;
+  static constexpr int kOffset = 0;
+  static uint16_t scale_bits(const uint8_t* b) { return simd::load_u16(b); }
+  static uint16_t min_bits(const uint8_t* b) { return simd::load_u16(b + offsetof(BlockQ4_1, m)); }
+  static void unpack(const uint8_t* b, v128_t w[4]) {
+    const v128_t bytes = simd::load(b + offsetof(BlockQ4_1, qs));
+    widen_unsigned(low_nibbles(bytes), high_nibbles(bytes), w);
+  }
+  static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ4_1>(b).d); }
+  static float min_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ4_1>(b).m); }
+  static void unpack_reference(const uint8_t* b, int16_t q[kBlock]) {
+    const auto block = read_block<BlockQ4_1>(b);
+    for (int j = 0; j < kBlock / 2; ++j) {
+      q[j] = static_cast<int16_t>(block.qs[j] & 0x0f);
+      q[j + kBlock / 2] = static_cast<int16_t>(block.qs[j] >> 4);
+    }
+  }
+};
+
+uint32_t read_qh(const uint8_t* p) {
+  uint32_t qh;
+  std::memcpy(&qh, p, 4);
+  return qh;
+}
+
+struct Q5_0Format {
+  static constexpr size_t kBytes = sizeof(BlockQ5_0);
+  static constexpr bool kHasMin = false;
+  static constexpr int kOffset = 16;
+  static uint16_t scale_bits(const uint8_t* b) { return simd::load_u16(b); }
+  static uint16_t min_bits(const uint8_t*) { return 0; }
+  // The unsigned five-bit values; the kernel subtracts 16 * sum(x).
+  static void unpack(const uint8_t* b, v128_t w[4]) {
+    const uint32_t qh = read_qh(b + offsetof(BlockQ5_0, qh));
+    const v128_t bytes = simd::load(b + offsetof(BlockQ5_0, qs));
+    const v128_t lo = wasm_v128_or(low_nibbles(bytes), fifth_bits<0>(qh));
+    const v128_t hi = wasm_v128_or(high_nibbles(bytes), fifth_bits<2>(qh));
+    widen_unsigned(lo, hi, w);
+  }
+  static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ5_0>(b).d); }
+  static float min_reference(const uint8_t*) { return 0.0f; }
+  static void unpack_reference(const uint8_t* b, int16_t q[kBlock]) {
+    const auto block = read_block<BlockQ5_0>(b);
+    const uint32_t qh = read_qh(block.qh);
+    for (int j = 0; j < kBlock / 2; ++j) {
+      const int lo = (block.qs[j] & 0x0f) | static_cast<int>(((qh >> j) & 1u) << 4);
+      const int hi = (block.qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+      q[j] = static_cast<int16_t>(lo - 16);
+      q[j + kBlock / 2] = static_cast<int16_t>(hi - 16);
+    }
+  }
+};
+
+struct Q5_1Format {
+  static constexpr size_t kBytes = sizeof(BlockQ5_1);
+  static constexpr bool kHasMin = true;
+  static constexpr int kOffset = 0;
+  static uint16_t scale_bits(const uint8_t* b) { return simd::load_u16(b); }
+  static uint16_t min_bits(const uint8_t* b) { return simd::load_u16(b + offsetof(BlockQ5_1, m)); }
+  static void unpack(const uint8_t* b, v128_t w[4]) {
+    const uint32_t qh = read_qh(b + offsetof(BlockQ5_1, qh));
+    const v128_t bytes = simd::load(b + offsetof(BlockQ5_1, qs));
+    const v128_t lo = wasm_v128_or(low_nibbles(bytes), fifth_bits<0>(qh));
+    const v128_t hi = wasm_v128_or(high_nibbles(bytes), fifth_bits<2>(qh));
+    widen_unsigned(lo, hi, w);
+  }
+  static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ5_1>(b).d); }
+  static float min_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ5_1>(b).m); }
+  static void unpack_reference(const uint8_t* b, int16_t q[kBlock]) {
+    const auto block = read_block<BlockQ5_1>(b);
+    const uint32_t qh = read_qh(block.qh);
+    for (int j = 0; j < kBlock / 2; ++j) {
+      q[j] = static_cast<int16_t>((block.qs[j] & 0x0f) | (((qh >> j) & 1u) << 4));
+      q[j + kBlock / 2] = static_cast<int16_t>((block.qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4));
+    }
+  }
+};
+
+// ---- The SIMD kernel ---------------------------------------------------------
+
+// acc[j] lane i = row i's dot product with position p0 + j.
+template <class F, int kPositions>
+void dot_rows4(const uint8_t* const row[4], int n_blocks, const QuantizedActivations& x, int p0,
+               v128_t acc[kPositions]) {
+  const int16_t* xq[kPositions];
+  const float* xd[kPositions];
+  const int32_t* xs[kPositions];
+  for (int j = 0; j < kPositions; ++j) {
+    xq[j] = x.q_row(p0 + j);
+    xd[j] = x.d_row(p0 + j);
+    xs[j] = x.sums_row(p0 + j);
+    acc[j] = wasm_f32x4_splat(0.0f);
+  }
+  for (int b = 0; b < n_blocks; ++b) {
+    const uint8_t* block[4];
+    v128_t w[4][4];
+    for (int i = 0; i < 4; ++i) {
+      block[i] = row[i] + static_cast<size_t>(b) * F::kBytes;
+      F::unpack(block[i], w[i]);
+    }
+    // The four rows' fp16 scales (and minimums), converted together.
+    const v128_t dw4 = simd::fp16x4_to_f32x4(wasm_i32x4_make(F::scale_bits(block[0]), F::scale_bits(block[1]),
+                                                             F::scale_bits(block[2]), F::scale_bits(block[3])));
+    v128_t mw4 = wasm_f32x4_splat(0.0f);
+    if (F::kHasMin) {
+      mw4 = simd::fp16x4_to_f32x4(wasm_i32x4_make(F::min_bits(block[0]), F::min_bits(block[1]),
+                                                  F::min_bits(block[2]), F::min_bits(block[3])));
+    }
+    for (int j = 0; j < kPositions; ++j) {
+      const int16_t* xb = xq[j] + b * kBlock;
+      const v128_t x0 = simd::load(xb), x1 = simd::load(xb + 8);
+      const v128_t x2 = simd::load(xb + 16), x3 = simd::load(xb + 24);
+      v128_t s[4];
+      for (int i = 0; i < 4; ++i) {
+        s[i] = wasm_i32x4_add(wasm_i32x4_add(wasm_i32x4_dot_i16x8(w[i][0], x0), wasm_i32x4_dot_i16x8(w[i][1], x1)),
+                              wasm_i32x4_add(wasm_i32x4_dot_i16x8(w[i][2], x2), wasm_i32x4_dot_i16x8(w[i][3], x3)));
+      }
+      v128_t isum_i = simd::transpose_sum_i32(s[0], s[1], s[2], s[3]);
+      if (F::kOffset != 0) isum_i = wasm_i32x4_sub(isum_i, wasm_i32x4_splat(F::kOffset * xs[j][b]));
+      const v128_t isum = wasm_f32x4_convert_i32x4(isum_i);
+      const float dx = xd[j][b];
+      v128_t term = wasm_f32x4_mul(isum, wasm_f32x4_mul(dw4, wasm_f32x4_splat(dx)));
+      if (F::kHasMin) {
+        const float sx = dx * static_cast<float>(xs[j][b]);
+        term = wasm_f32x4_add(term, wasm_f32x4_mul(mw4, wasm_f32x4_splat(sx)));
+      }
+      acc[j] = wasm_f32x4_add(acc[j], term);
+    }
+  }
+}
+
+template <class F>
+void rows_simd(const WeightMatrix& w, int row_begin, int row_end, const ActivationView& x, float* y,
+               size_t y_stride) {
+  constexpr int kTile = 4;
+  const QuantizedActivations& q = *x.q;
+  const int n_blocks = w.cols / kBlock;
+  const uint8_t* matrix_end = w.data + static_cast<size_t>(w.rows) * w.row_bytes;
+  simd::prefetch_run_start(w.data + static_cast<size_t>(row_begin) * w.row_bytes, w.row_bytes, matrix_end);
+  for (int r = row_begin; r < row_end; r += 4) {
+    const int valid = row_end - r < 4 ? row_end - r : 4;
+    const uint8_t* row[4];
+    for (int i = 0; i < 4; ++i) row[i] = w.data + static_cast<size_t>(r + (i < valid ? i : valid - 1)) * w.row_bytes;
+    simd::prefetch_rows(row[0], w.row_bytes, matrix_end);
+    int p = 0;
+    for (; p + kTile <= x.n_positions; p += kTile) {
+      v128_t acc[kTile];
+      dot_rows4<F, kTile>(row, n_blocks, q, p, acc);
+      for (int j = 0; j < kTile; ++j) simd::store_lanes(acc[j], y + static_cast<size_t>(p + j) * y_stride + r, valid);
+    }
+    for (; p < x.n_positions; ++p) {
+      v128_t acc[1];
+      dot_rows4<F, 1>(row, n_blocks, q, p, acc);
+      simd::store_lanes(acc[0], y + static_cast<size_t>(p) * y_stride + r, valid);
+    }
+  }
+}
+
+// ---- The scalar reference ------------------------------------------------------
+
+template <class F>
+void rows_reference(const WeightMatrix& w, int row_begin, int row_end, const ActivationView& x,
+                    float* y, size_t y_stride) {
+  const QuantizedActivations& q = *x.q;
+  const int n_blocks = w.cols / kBlock;
+  int16_t wq[kBlock];
+  for (int r = row_begin; r < row_end; ++r) {
+    const uint8_t* row = w.data + static_cast<size_t>(r) * w.row_bytes;
+    for (int p = 0; p < x.n_positions; ++p) {
+      float acc = 0.0f;
+      for (int b = 0; b < n_blocks; ++b) {
+        const uint8_t* block = row + static_cast<size_t>(b) * F::kBytes;
+        F::unpack_reference(block, wq);
+        const int16_t* xq = q.q_row(p) + b * kBlock;
+        int32_t isum = 0;
+        for (int i = 0; i < kBlock; ++i) isum += wq[i] * xq[i];
+        const float dx = q.d_row(p)[b];
+        float term = static_cast<float>(isum) * (F::scale_reference(block) * dx);
+        if (F::kHasMin) term = term + F::min_reference(block) * (dx * static_cast<float>(q.sums_row(p)[b]));
+        acc = acc + term;
+      }
+      y[static_cast<size_t>(p) * y_stride + static_cast<size_t>(r)] = acc;
+    }
+  }
+}
+
+}  // namespace
+
+const MatmulKernel kMatmulQ8_0{ActivationFormat::kQ8_0, rows_simd<Q8_0Format>, rows_reference<Q8_0Format>};
+const MatmulKernel kMatmulQ4_0{ActivationFormat::kQ8_0, rows_simd<Q4_0Format>, rows_reference<Q4_0Format>};
+const MatmulKernel kMatmulQ4_1{ActivationFormat::kQ8_0, rows_simd<Q4_1Format>, rows_reference<Q4_1Format>};
+const MatmulKernel kMatmulQ5_0{ActivationFormat::kQ8_0, rows_simd<Q5_0Format>, rows_reference<Q5_0Format>};
+const MatmulKernel kMatmulQ5_1{ActivationFormat::kQ8_0, rows_simd<Q5_1Format>, rows_reference<Q5_1Format>};
+
+}  // namespace sipllm

@@ -1,0 +1,380 @@
+// K-quant weights (Q4_K, Q5_K, Q6_K: 256-element super-blocks with small
+// integer sub-block scales) times Q8_K activations.
+//
+// Per super-block, everything up to one float expression is integer:
+//   A = sum over sub-blocks j of scale_j * (sum of q * x_q over j)
+//   B = sum over sub-blocks j of min_j * (sum of x_q over j)   (Q4_K, Q5_K)
+// and for row r and position p, in block order:
+//   acc += (float)A * (d * d_x) - (float)B * (dmin * d_x)      (Q4_K, Q5_K)
+//   acc += (float)A * (d * d_x)                                 (Q6_K)
+// A fits int32: |A| <= 8 * 63 * 32 * 31 * 127 (Q5_K) < 2^31, and for Q6_K
+// 16 * 128 * 16 * 32 * 127 < 2^31. The SIMD path unpacks each block of four
+// rows as described below; the references compute A and B one element at a
+// time.
+#include <cstddef>
+#include <cstring>
+
+#include "half.h"
+#include "kernels/quant_dot.h"
+#include "kernels/simd.h"
+
+namespace sipllm {
+namespace {
+
+template <typename Block>
+Block read_block(const uint8_t* p) {
+  Block b;
+  std::memcpy(&b, p, sizeof b);
+  return b;
+}
+
+// ---- The formats ------------------------------------------------------------------
+//
+// Each format walks a super-block in chunks of 16 consecutive elements,
+// handing each chunk to a sink as two i16x8 with its element offset and the
+// index of its scale. decode_scales() gives the integer scales (and mins);
+// the *_reference functions give the same values one element at a time,
+// straight from the layout description in tensor_type.h.
+
+struct Scales {
+  alignas(16) int32_t scale[16];  // per 32 elements (Q4_K, Q5_K) or 16 (Q6_K)
+  alignas(16) int32_t min[8];     // per 32 elements (Q4_K, Q5_K)
+};
+
+// The high nibble of each byte: a 16-bit shift then a mask (wasm has no
+// 8-bit shift instruction; engines emulate i8x16.shr_u with more than two).
+inline v128_t high_nibbles(v128_t bytes) {
+  return wasm_v128_and(wasm_u16x8_shr(bytes, 4), wasm_i8x16_splat(0x0f));
+}
+
+// Bytes 0-7 of v widened to the int32 arrays out[0..8).
+inline void widen_u8_to_i32(v128_t v, int32_t* out) {
+  const v128_t w = wasm_u16x8_extend_low_u8x16(v);
+  simd::store(out, wasm_u32x4_extend_low_u16x8(w));
+  simd::store(out + 4, wasm_u32x4_extend_high_u16x8(w));
+}
+
+// The eight 6-bit scales and mins of Q4_K and Q5_K, all at once: as
+// little-endian words u0, u1, u2 of the 12 bytes, scales 0-3 are the low six
+// bits of u0's bytes, mins 0-3 those of u1's; scales 4-7 take their low four
+// bits from u2's low nibbles and their top two from bits 6-7 of u0's bytes,
+// mins 4-7 from u2's high nibbles and u1's bits 6-7.
+inline void decode_k_scales(const uint8_t* packed, Scales* s) {
+  uint32_t u[3];
+  std::memcpy(u, packed, 12);
+  const uint32_t scales_lo = u[0] & 0x3f3f3f3fu;
+  const uint32_t mins_lo = u[1] & 0x3f3f3f3fu;
+  const uint32_t scales_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+  const uint32_t mins_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+  widen_u8_to_i32(wasm_i32x4_make(static_cast<int32_t>(scales_lo), static_cast<int32_t>(scales_hi), 0, 0), s->scale);
+  widen_u8_to_i32(wasm_i32x4_make(static_cast<int32_t>(mins_lo), static_cast<int32_t>(mins_hi), 0, 0), s->min);
+}
+
+inline void scale_mins_reference(const uint8_t* packed, Scales* s) {
+  for (int j = 0; j < 8; ++j) {
+    const KScaleMin sm = k_quant_scale_min(packed, j);
+    s->scale[j] = sm.scale;
+    s->min[j] = sm.min;
+  }
+}
+
+struct Q4_KFormat {
+  static constexpr size_t kBytes = sizeof(BlockQ4_K);
+  static constexpr int kGroup = 32;  // elements per scale
+  static constexpr bool kHasMin = true;
+  static uint16_t d_bits(const uint8_t* b) { return simd::load_u16(b + offsetof(BlockQ4_K, d)); }
+  static uint16_t dmin_bits(const uint8_t* b) { return simd::load_u16(b + offsetof(BlockQ4_K, dmin)); }
+  static void decode_scales(const uint8_t* b, Scales* s) { decode_k_scales(b + offsetof(BlockQ4_K, scales), s); }
+  template <class Sink>
+  static void for_each_chunk(const uint8_t* b, Sink&& sink) {
+    const uint8_t* qs = b + offsetof(BlockQ4_K, qs);
+    const v128_t low = wasm_i8x16_splat(0x0f);
+    for (int c = 0; c < 4; ++c) {
+      const v128_t v0 = simd::load(qs + 32 * c), v1 = simd::load(qs + 32 * c + 16);
+      sink(64 * c, wasm_v128_and(v0, low), 2 * c);
+      sink(64 * c + 16, wasm_v128_and(v1, low), 2 * c);
+      sink(64 * c + 32, high_nibbles(v0), 2 * c + 1);
+      sink(64 * c + 48, high_nibbles(v1), 2 * c + 1);
+    }
+  }
+  static void unpack_reference(const uint8_t* p, int16_t q[kQK_K], Scales* s, float* d, float* dmin) {
+    const auto b = read_block<BlockQ4_K>(p);
+    *d = fp16_to_float(b.d);
+    *dmin = fp16_to_float(b.dmin);
+    scale_mins_reference(b.scales, s);
+    for (int c = 0; c < 4; ++c) {
+      for (int l = 0; l < 32; ++l) {
+        q[64 * c + l] = static_cast<int16_t>(b.qs[32 * c + l] & 0x0f);
+        q[64 * c + 32 + l] = static_cast<int16_t>(b.qs[32 * c + l] >> 4);
+      }
+    }
+  }
+};
+
+struct Q5_KFormat {
+  static constexpr size_t kBytes = sizeof(BlockQ5_K);
+  static constexpr int kGroup = 32;
+  static constexpr bool kHasMin = true;
+  static uint16_t d_bits(const uint8_t* b) { return simd::load_u16(b + offsetof(BlockQ5_K, d)); }
+  static uint16_t dmin_bits(const uint8_t* b) { return simd::load_u16(b + offsetof(BlockQ5_K, dmin)); }
+  static void decode_scales(const uint8_t* b, Scales* s) { decode_k_scales(b + offsetof(BlockQ5_K, scales), s); }
+  template <class Sink>
+  static void for_each_chunk(const uint8_t* b, Sink&& sink) {
+    const uint8_t* qs = b + offsetof(BlockQ5_K, qs);
+    const uint8_t* qh = b + offsetof(BlockQ5_K, qh);
+    const v128_t h0 = simd::load(qh), h1 = simd::load(qh + 16);
+    const v128_t low = wasm_i8x16_splat(0x0f), sixteen = wasm_i8x16_splat(16);
+    // 16 where bit `bit` of the qh byte is set.
+    auto fifth = [&](v128_t h, int bit) {
+      const v128_t mask = wasm_i8x16_splat(static_cast<int8_t>(1 << bit));
+      return wasm_v128_and(wasm_i8x16_eq(wasm_v128_and(h, mask), mask), sixteen);
+    };
+    for (int c = 0; c < 4; ++c) {
+      const v128_t v0 = simd::load(qs + 32 * c), v1 = simd::load(qs + 32 * c + 16);
+      sink(64 * c, wasm_v128_or(wasm_v128_and(v0, low), fifth(h0, 2 * c)), 2 * c);
+      sink(64 * c + 16, wasm_v128_or(wasm_v128_and(v1, low), fifth(h1, 2 * c)), 2 * c);
+      sink(64 * c + 32, wasm_v128_or(high_nibbles(v0), fifth(h0, 2 * c + 1)), 2 * c + 1);
+      sink(64 * c + 48, wasm_v128_or(high_nibbles(v1), fifth(h1, 2 * c + 1)), 2 * c + 1);
+    }
+  }
+  static void unpack_reference(const uint8_t* p, int16_t q[kQK_K], Scales* s, float* d, float* dmin) {
+    const auto b = read_block<BlockQ5_K>(p);
+    *d = fp16_to_float(b.d);
+    *dmin = fp16_to_float(b.dmin);
+    scale_mins_reference(b.scales, s);
+    for (int c = 0; c < 4; ++c) {
+      for (int l = 0; l < 32; ++l) {
+        q[64 * c + l] = static_cast<int16_t>((b.qs[32 * c + l] & 0x0f) | (((b.qh[l] >> (2 * c)) & 1) << 4));
+        q[64 * c + 32 + l] = static_cast<int16_t>((b.qs[32 * c + l] >> 4) | (((b.qh[l] >> (2 * c + 1)) & 1) << 4));
+      }
+    }
+  }
+};
+
+struct Q6_KFormat {
+  static constexpr size_t kBytes = sizeof(BlockQ6_K);
+  static constexpr int kGroup = 16;
+  static constexpr bool kHasMin = false;
+  static uint16_t d_bits(const uint8_t* b) { return simd::load_u16(b + offsetof(BlockQ6_K, d)); }
+  static uint16_t dmin_bits(const uint8_t*) { return 0; }
+  static void decode_scales(const uint8_t* b, Scales* s) {
+    const v128_t bytes = simd::load(b + offsetof(BlockQ6_K, scales));
+    const v128_t lo = wasm_i16x8_extend_low_i8x16(bytes), hi = wasm_i16x8_extend_high_i8x16(bytes);
+    simd::store(s->scale, wasm_i32x4_extend_low_i16x8(lo));
+    simd::store(s->scale + 4, wasm_i32x4_extend_high_i16x8(lo));
+    simd::store(s->scale + 8, wasm_i32x4_extend_low_i16x8(hi));
+    simd::store(s->scale + 12, wasm_i32x4_extend_high_i16x8(hi));
+  }
+  // Values are q - 32, as signed bytes.
+  template <class Sink>
+  static void for_each_chunk(const uint8_t* b, Sink&& sink) {
+    const v128_t low = wasm_i8x16_splat(0x0f), thirty_two = wasm_i8x16_splat(32);
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* ql = b + offsetof(BlockQ6_K, ql) + 64 * h;
+      const uint8_t* qh = b + offsetof(BlockQ6_K, qh) + 32 * h;
+      for (int half = 0; half < 2; ++half) {  // l in [16 half, 16 half + 16)
+        const v128_t a = simd::load(ql + 16 * half), c = simd::load(ql + 32 + 16 * half);
+        const v128_t hb = simd::load(qh + 16 * half);
+        // Each pair of high bits moved to bits 4-5 (16-bit shifts are exact
+        // here: the masks keep bits from crossing into the next byte).
+        const v128_t bits01 = wasm_i16x8_shl(wasm_v128_and(hb, wasm_i8x16_splat(0x03)), 4);
+        const v128_t bits23 = wasm_i16x8_shl(wasm_v128_and(hb, wasm_i8x16_splat(0x0c)), 2);
+        const v128_t bits45 = wasm_v128_and(hb, wasm_i8x16_splat(0x30));
+        const v128_t bits67 = wasm_u16x8_shr(wasm_v128_and(hb, wasm_i8x16_splat(static_cast<int8_t>(0xc0))), 2);
+        const int e = 128 * h + 16 * half;
+        sink(e, wasm_i8x16_sub(wasm_v128_or(wasm_v128_and(a, low), bits01), thirty_two), e / 16);
+        sink(e + 32, wasm_i8x16_sub(wasm_v128_or(wasm_v128_and(c, low), bits23), thirty_two), e / 16 + 2);
+        sink(e + 64, wasm_i8x16_sub(wasm_v128_or(high_nibbles(a), bits45), thirty_two), e / 16 + 4);
+        sink(e + 96, wasm_i8x16_sub(wasm_v128_or(high_nibbles(c), bits67), thirty_two), e / 16 + 6);
+      }
+    }
+  }
+  static void unpack_reference(const uint8_t* p, int16_t q[kQK_K], Scales* s, float* d, float* dmin) {
+    const auto b = read_block<BlockQ6_K>(p);
+    *d = fp16_to_float(b.d);
+    *dmin = 0.0f;
+    for (int g = 0; g < 16; ++g) s->scale[g] = b.scales[g];
+    for (int h = 0; h < 2; ++h) {
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t lo = b.ql[64 * h + l], hi = b.ql[64 * h + 32 + l], bits = b.qh[32 * h + l];
+        q[128 * h + l] = static_cast<int16_t>(((lo & 0x0f) | ((bits & 3) << 4)) - 32);
+        q[128 * h + 32 + l] = static_cast<int16_t>(((hi & 0x0f) | (((bits >> 2) & 3) << 4)) - 32);
+        q[128 * h + 64 + l] = static_cast<int16_t>(((lo >> 4) | (((bits >> 4) & 3) << 4)) - 32);
+        q[128 * h + 96 + l] = static_cast<int16_t>(((hi >> 4) | (((bits >> 6) & 3) << 4)) - 32);
+      }
+    }
+  }
+};
+
+// Q6_K's values are signed bytes, the others' unsigned.
+template <class F>
+inline v128_t widen_low(v128_t v) {
+  return F::kHasMin ? wasm_u16x8_extend_low_u8x16(v) : wasm_i16x8_extend_low_i8x16(v);
+}
+template <class F>
+inline v128_t widen_high(v128_t v) {
+  return F::kHasMin ? wasm_u16x8_extend_high_u8x16(v) : wasm_i16x8_extend_high_i8x16(v);
+}
+
+// ---- The SIMD kernel ---------------------------------------------------------
+//
+// One position (decode): each chunk is multiplied with the activations as it
+// is unpacked, and its sum scaled by an int32 multiply. Several positions
+// (prefill): each block of four rows is unpacked once into int16 values
+// already multiplied by their scale (|q * scale| <= 4096 fits), then every
+// position takes plain dot products of those. Both give the same integer A.
+
+// Lanes of the result sum to A for one row of one block.
+template <class F>
+v128_t dot_a_fused(const uint8_t* block, const Scales& s, const int16_t* x) {
+  v128_t a = wasm_i32x4_splat(0);
+  F::for_each_chunk(block, [&](int e, v128_t q, int scale_index) {
+    const v128_t sum = wasm_i32x4_add(wasm_i32x4_dot_i16x8(widen_low<F>(q), simd::load(x + e)),
+                                      wasm_i32x4_dot_i16x8(widen_high<F>(q), simd::load(x + e + 8)));
+    a = wasm_i32x4_add(a, wasm_i32x4_mul(sum, wasm_i32x4_splat(s.scale[scale_index])));
+  });
+  return a;
+}
+
+template <class F>
+void unpack_scaled(const uint8_t* block, const Scales& s, int16_t* out) {
+  F::for_each_chunk(block, [&](int e, v128_t q, int scale_index) {
+    const v128_t scale = wasm_i16x8_splat(static_cast<int16_t>(s.scale[scale_index]));
+    simd::store(out + e, wasm_i16x8_mul(widen_low<F>(q), scale));
+    simd::store(out + e + 8, wasm_i16x8_mul(widen_high<F>(q), scale));
+  });
+}
+
+// A for four rows (lanes of a[i][j] sum to row i's A) and two positions: each
+// loaded weight vector serves both positions, each activation vector all rows.
+inline void dot_a_scaled_2(const int16_t (*w)[kQK_K], const int16_t* x0, const int16_t* x1, v128_t a[2]) {
+  v128_t acc[4][2];
+  for (int i = 0; i < 4; ++i) acc[i][0] = acc[i][1] = wasm_i32x4_splat(0);
+  for (int e = 0; e < kQK_K; e += 8) {
+    const v128_t xv0 = simd::load(x0 + e), xv1 = simd::load(x1 + e);
+    for (int i = 0; i < 4; ++i) {
+      const v128_t wv = simd::load(w[i] + e);
+      acc[i][0] = wasm_i32x4_add(acc[i][0], wasm_i32x4_dot_i16x8(wv, xv0));
+      acc[i][1] = wasm_i32x4_add(acc[i][1], wasm_i32x4_dot_i16x8(wv, xv1));
+    }
+  }
+  a[0] = simd::transpose_sum_i32(acc[0][0], acc[1][0], acc[2][0], acc[3][0]);
+  a[1] = simd::transpose_sum_i32(acc[0][1], acc[1][1], acc[2][1], acc[3][1]);
+}
+
+// Lanes sum to B (the mins against the activations' sums of 32).
+inline v128_t dot_b(const Scales& s, const int32_t* xsums) {
+  return wasm_i32x4_add(wasm_i32x4_mul(simd::load(s.min), simd::load(xsums)),
+                        wasm_i32x4_mul(simd::load(s.min + 4), simd::load(xsums + 4)));
+}
+
+// kPositions is 1 or even.
+template <class F, int kPositions>
+void dot_rows4(const uint8_t* const row[4], int n_blocks, const QuantizedActivations& x, int p0,
+               v128_t acc[kPositions]) {
+  static_assert(kPositions == 1 || kPositions % 2 == 0, "positions go in pairs");
+  for (int j = 0; j < kPositions; ++j) acc[j] = wasm_f32x4_splat(0.0f);
+  Scales s[4];
+  alignas(16) int16_t scaled[kPositions > 1 ? 4 : 1][kQK_K];
+  for (int b = 0; b < n_blocks; ++b) {
+    const uint8_t* block[4];
+    for (int i = 0; i < 4; ++i) {
+      block[i] = row[i] + static_cast<size_t>(b) * F::kBytes;
+      F::decode_scales(block[i], &s[i]);
+      if (kPositions > 1) unpack_scaled<F>(block[i], s[i], scaled[i]);
+    }
+    const v128_t d4 = simd::fp16x4_to_f32x4(
+        wasm_i32x4_make(F::d_bits(block[0]), F::d_bits(block[1]), F::d_bits(block[2]), F::d_bits(block[3])));
+    const v128_t dmin4 = simd::fp16x4_to_f32x4(
+        wasm_i32x4_make(F::dmin_bits(block[0]), F::dmin_bits(block[1]), F::dmin_bits(block[2]), F::dmin_bits(block[3])));
+    // A of each position: in pairs from the scaled rows, or fused for one.
+    v128_t a4[kPositions];
+    if (kPositions > 1) {
+      for (int j = 0; j + 1 < kPositions; j += 2) {
+        dot_a_scaled_2(scaled, x.q_row(p0 + j) + b * kQK_K, x.q_row(p0 + j + 1) + b * kQK_K, &a4[j]);
+      }
+    } else {
+      const int16_t* xq = x.q_row(p0) + b * kQK_K;
+      a4[0] = simd::transpose_sum_i32(dot_a_fused<F>(block[0], s[0], xq), dot_a_fused<F>(block[1], s[1], xq),
+                                      dot_a_fused<F>(block[2], s[2], xq), dot_a_fused<F>(block[3], s[3], xq));
+    }
+    for (int j = 0; j < kPositions; ++j) {
+      const v128_t dx = wasm_f32x4_splat(x.d_row(p0 + j)[b]);
+      v128_t term = wasm_f32x4_mul(wasm_f32x4_convert_i32x4(a4[j]), wasm_f32x4_mul(d4, dx));
+      if (F::kHasMin) {
+        const int32_t* xs = x.sums_row(p0 + j) + b * (kQK_K / 32);
+        const v128_t bsum = wasm_f32x4_convert_i32x4(
+            simd::transpose_sum_i32(dot_b(s[0], xs), dot_b(s[1], xs), dot_b(s[2], xs), dot_b(s[3], xs)));
+        term = wasm_f32x4_sub(term, wasm_f32x4_mul(bsum, wasm_f32x4_mul(dmin4, dx)));
+      }
+      acc[j] = wasm_f32x4_add(acc[j], term);
+    }
+  }
+}
+
+template <class F>
+void rows_simd(const WeightMatrix& w, int row_begin, int row_end, const ActivationView& x, float* y,
+               size_t y_stride) {
+  constexpr int kTile = 4;
+  const QuantizedActivations& q = *x.q;
+  const int n_blocks = w.cols / kQK_K;
+  const uint8_t* matrix_end = w.data + static_cast<size_t>(w.rows) * w.row_bytes;
+  simd::prefetch_run_start(w.data + static_cast<size_t>(row_begin) * w.row_bytes, w.row_bytes, matrix_end);
+  for (int r = row_begin; r < row_end; r += 4) {
+    const int valid = row_end - r < 4 ? row_end - r : 4;
+    const uint8_t* row[4];
+    for (int i = 0; i < 4; ++i) row[i] = w.data + static_cast<size_t>(r + (i < valid ? i : valid - 1)) * w.row_bytes;
+    simd::prefetch_rows(row[0], w.row_bytes, matrix_end);
+    int p = 0;
+    for (; p + kTile <= x.n_positions; p += kTile) {
+      v128_t acc[kTile];
+      dot_rows4<F, kTile>(row, n_blocks, q, p, acc);
+      for (int j = 0; j < kTile; ++j) simd::store_lanes(acc[j], y + static_cast<size_t>(p + j) * y_stride + r, valid);
+    }
+    for (; p < x.n_positions; ++p) {
+      v128_t acc[1];
+      dot_rows4<F, 1>(row, n_blocks, q, p, acc);
+      simd::store_lanes(acc[0], y + static_cast<size_t>(p) * y_stride + r, valid);
+    }
+  }
+}
+
+// ---- The scalar reference ------------------------------------------------------
+
+template <class F>
+void rows_reference(const WeightMatrix& w, int row_begin, int row_end, const ActivationView& x,
+                    float* y, size_t y_stride) {
+  const QuantizedActivations& q = *x.q;
+  const int n_blocks = w.cols / kQK_K;
+  int16_t wq[kQK_K];
+  Scales s;
+  float d = 0, dmin = 0;
+  for (int r = row_begin; r < row_end; ++r) {
+    const uint8_t* row = w.data + static_cast<size_t>(r) * w.row_bytes;
+    for (int p = 0; p < x.n_positions; ++p) {
+      float acc = 0.0f;
+      for (int b = 0; b < n_blocks; ++b) {
+        F::unpack_reference(row + static_cast<size_t>(b) * F::kBytes, wq, &s, &d, &dmin);
+        const int16_t* xq = q.q_row(p) + b * kQK_K;
+        int32_t a = 0, bsum = 0;
+        for (int i = 0; i < kQK_K; ++i) a += s.scale[i / F::kGroup] * (wq[i] * xq[i]);
+        if (F::kHasMin) {
+          for (int j = 0; j < 8; ++j) bsum += s.min[j] * q.sums_row(p)[b * 8 + j];
+        }
+        const float dx = q.d_row(p)[b];
+        float term = static_cast<float>(a) * (d * dx);
+        if (F::kHasMin) term = term - static_cast<float>(bsum) * (dmin * dx);
+        acc = acc + term;
+      }
+      y[static_cast<size_t>(p) * y_stride + static_cast<size_t>(r)] = acc;
+    }
+  }
+}
+
+}  // namespace
+
+const MatmulKernel kMatmulQ4_K{ActivationFormat::kQ8_K, rows_simd<Q4_KFormat>, rows_reference<Q4_KFormat>};
+const MatmulKernel kMatmulQ5_K{ActivationFormat::kQ8_K, rows_simd<Q5_KFormat>, rows_reference<Q5_KFormat>};
+const MatmulKernel kMatmulQ6_K{ActivationFormat::kQ8_K, rows_simd<Q6_KFormat>, rows_reference<Q6_KFormat>};
+
+}  // namespace sipllm

@@ -1,0 +1,207 @@
+// The one SIMD vocabulary of the kernels: WebAssembly SIMD128 intrinsics.
+//
+// Under Emscripten they compile to real wasm SIMD; natively SIMDe implements
+// the same intrinsics with SSE/AVX (or NEON), so one source is tested and
+// benchmarked natively and shipped as wasm. Kernels never use anything else.
+//
+// The helpers here keep results exact and independent of how work is split:
+// a reduction always combines lanes in the order written below, and the
+// scalar references replicate that order where they promise exact equality.
+#pragma once
+
+#if defined(__EMSCRIPTEN__)
+#include <wasm_simd128.h>
+#else
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/wasm/simd128.h>
+#endif
+
+#include <cstdint>
+#include <cstring>
+
+namespace sipllm::simd {
+
+// ---- Loads and stores of unaligned memory ------------------------------------
+
+inline v128_t load(const void* p) { return wasm_v128_load(p); }
+inline void store(void* p, v128_t v) { wasm_v128_store(p, v); }
+
+// Eight int8 at p, sign-extended to i16x8 (wasm's v128.load8x8_s). SIMDe's
+// own load8x8 makes GCC convert each half separately (four instructions
+// instead of one pmovsxbw); the load-then-extend form compiles to one.
+inline v128_t load_i8x8_to_i16x8(const void* p) {
+#if defined(__EMSCRIPTEN__)
+  return wasm_i16x8_load8x8(p);
+#else
+  return wasm_i16x8_extend_low_i8x16(wasm_v128_load64_zero(p));
+#endif
+}
+
+// Stores the first `n` (1..4) f32 lanes of v.
+inline void store_lanes(v128_t v, float* p, int n) {
+  if (n == 4) {
+    wasm_v128_store(p, v);
+    return;
+  }
+  alignas(16) float lanes[4];
+  wasm_v128_store(lanes, v);
+  for (int i = 0; i < n; ++i) p[i] = lanes[i];
+}
+
+// ---- Prefetching ----------------------------------------------------------------
+
+// Asks for the cache line at p ahead of its use. The hardware prefetchers do
+// not follow the matrix kernels' walk over four rows at a time: from DRAM, a
+// one-thread matrix-vector product ran at 5 GB/s without this and at 22-24
+// GB/s with it. wasm has no prefetch instruction; a load the compiler must
+// keep (volatile) brings the line in just the same.
+inline void prefetch(const void* p) {
+#if defined(__EMSCRIPTEN__)
+  (void)*static_cast<const volatile uint8_t*>(p);
+#else
+  __builtin_prefetch(p);
+#endif
+}
+
+inline void prefetch_range(const uint8_t* begin, const uint8_t* end) {
+  for (const uint8_t* p = begin; p < end; p += 64) prefetch(p);
+}
+
+// How far ahead of the rows it computes a matrix kernel prefetches: about
+// 8 KB, in whole tiles of four rows.
+inline size_t prefetch_rows_ahead(size_t row_bytes) {
+  return row_bytes >= 2048 ? 4 : (8192 / row_bytes + 3) / 4 * 4;
+}
+
+// The matrix kernels' walk: before a run of rows, the first rows_ahead of
+// it; before each tile of four rows at `row`, the tile rows_ahead rows later
+// (which may belong to the next thread's run: then it waits in the shared
+// cache). Nothing at or past `end`, the end of the matrix.
+inline void prefetch_run_start(const uint8_t* row, size_t row_bytes, const uint8_t* end) {
+  const uint8_t* last = row + prefetch_rows_ahead(row_bytes) * row_bytes;
+  prefetch_range(row, last < end ? last : end);
+}
+inline void prefetch_rows(const uint8_t* row, size_t row_bytes, const uint8_t* end) {
+  const uint8_t* ahead = row + prefetch_rows_ahead(row_bytes) * row_bytes;
+  if (ahead >= end) return;
+  const uint8_t* last = ahead + 4 * row_bytes;
+  prefetch_range(ahead, last < end ? last : end);
+}
+
+// ---- Reductions ----------------------------------------------------------------
+
+// Lane i of the result is the sum of the four lanes of v_i, added as
+// (lane0 + lane2) + (lane1 + lane3). Integer sums are exact in any order; for
+// floats the order is the one the scalar references use.
+inline v128_t transpose_sum_i32(v128_t v0, v128_t v1, v128_t v2, v128_t v3) {
+  const v128_t a = wasm_i32x4_add(wasm_i32x4_shuffle(v0, v1, 0, 4, 1, 5),
+                                  wasm_i32x4_shuffle(v0, v1, 2, 6, 3, 7));
+  const v128_t b = wasm_i32x4_add(wasm_i32x4_shuffle(v2, v3, 0, 4, 1, 5),
+                                  wasm_i32x4_shuffle(v2, v3, 2, 6, 3, 7));
+  return wasm_i32x4_add(wasm_i32x4_shuffle(a, b, 0, 1, 4, 5), wasm_i32x4_shuffle(a, b, 2, 3, 6, 7));
+}
+
+inline v128_t transpose_sum_f32(v128_t v0, v128_t v1, v128_t v2, v128_t v3) {
+  const v128_t a = wasm_f32x4_add(wasm_i32x4_shuffle(v0, v1, 0, 4, 1, 5),
+                                  wasm_i32x4_shuffle(v0, v1, 2, 6, 3, 7));
+  const v128_t b = wasm_f32x4_add(wasm_i32x4_shuffle(v2, v3, 0, 4, 1, 5),
+                                  wasm_i32x4_shuffle(v2, v3, 2, 6, 3, 7));
+  return wasm_f32x4_add(wasm_i32x4_shuffle(a, b, 0, 1, 4, 5), wasm_i32x4_shuffle(a, b, 2, 3, 6, 7));
+}
+
+// The float sum of v's lanes in the order of transpose_sum_f32.
+inline float sum_f32(v128_t v) {
+  const v128_t pairs = wasm_f32x4_add(v, wasm_i32x4_shuffle(v, v, 2, 3, 0, 1));  // (0+2), (1+3)
+  return wasm_f32x4_extract_lane(pairs, 0) + wasm_f32x4_extract_lane(pairs, 1);
+}
+inline float sum_f32_reference(const float lanes[4]) {
+  return (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]);
+}
+
+inline int32_t sum_i32(v128_t v) {
+  const v128_t pairs = wasm_i32x4_add(v, wasm_i32x4_shuffle(v, v, 2, 3, 0, 1));
+  return wasm_i32x4_extract_lane(pairs, 0) + wasm_i32x4_extract_lane(pairs, 1);
+}
+
+inline float max_f32(v128_t v) {
+  v = wasm_f32x4_max(v, wasm_i32x4_shuffle(v, v, 2, 3, 0, 1));
+  v = wasm_f32x4_max(v, wasm_i32x4_shuffle(v, v, 1, 0, 3, 2));
+  return wasm_f32x4_extract_lane(v, 0);
+}
+
+// ---- Half floats -------------------------------------------------------------
+
+// Exact fp16 -> f32 without tables or F16C: the magnitude bits moved into a
+// float's place and rescaled by 2^112 give every finite value (subnormals
+// included) exactly; infinities and NaNs get the maximal exponent back.
+// Equal to half.h's fp16_to_float for all 65536 inputs (tested).
+inline float fp16_to_f32(uint16_t h) {
+  const uint32_t magnitude = static_cast<uint32_t>(h & 0x7fffu) << 13;
+  float f;
+  if ((h & 0x7c00u) == 0x7c00u) {
+    const uint32_t bits = magnitude | 0x7f800000u;
+    std::memcpy(&f, &bits, 4);
+  } else {
+    std::memcpy(&f, &magnitude, 4);
+    f *= 0x1p112f;
+  }
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits |= static_cast<uint32_t>(h & 0x8000u) << 16;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// Four fp16 values (in the low 16 bits of each i32 lane) to f32x4, exactly as
+// fp16_to_f32.
+inline v128_t fp16x4_to_f32x4(v128_t h) {
+  const v128_t magnitude = wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x7fff)), 13);
+  const v128_t finite = wasm_f32x4_mul(magnitude, wasm_f32x4_splat(0x1p112f));
+  const v128_t special = wasm_v128_or(magnitude, wasm_i32x4_splat(0x7f800000));
+  const v128_t is_special =
+      wasm_i32x4_eq(wasm_v128_and(h, wasm_i32x4_splat(0x7c00)), wasm_i32x4_splat(0x7c00));
+  const v128_t sign = wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x8000)), 16);
+  return wasm_v128_or(wasm_v128_bitselect(special, finite, is_special), sign);
+}
+
+// Eight fp16 values to two f32x4 (low four, high four).
+inline void fp16x8_to_f32x4x2(v128_t h, v128_t* lo, v128_t* hi) {
+  *lo = fp16x4_to_f32x4(wasm_u32x4_extend_low_u16x8(h));
+  *hi = fp16x4_to_f32x4(wasm_u32x4_extend_high_u16x8(h));
+}
+
+// ---- Transcendentals -------------------------------------------------------
+
+// e^x for each lane, within 2 ulp of std::exp over the range that matters
+// (results below FLT_MIN flush to zero; above ~88.7 saturate to infinity).
+// Cody-Waite reduction x = n ln2 + r, then a degree-6 polynomial for e^r.
+inline v128_t exp_f32x4(v128_t x) {
+  x = wasm_f32x4_min(wasm_f32x4_max(x, wasm_f32x4_splat(-87.33654f)), wasm_f32x4_splat(88.72283f));
+  const v128_t n = wasm_f32x4_nearest(wasm_f32x4_mul(x, wasm_f32x4_splat(1.44269504088896341f)));
+  v128_t r = wasm_f32x4_sub(x, wasm_f32x4_mul(n, wasm_f32x4_splat(0.693359375f)));
+  r = wasm_f32x4_sub(r, wasm_f32x4_mul(n, wasm_f32x4_splat(-2.12194440e-4f)));
+  v128_t p = wasm_f32x4_splat(1.9875691500e-4f);
+  p = wasm_f32x4_add(wasm_f32x4_mul(p, r), wasm_f32x4_splat(1.3981999507e-3f));
+  p = wasm_f32x4_add(wasm_f32x4_mul(p, r), wasm_f32x4_splat(8.3334519073e-3f));
+  p = wasm_f32x4_add(wasm_f32x4_mul(p, r), wasm_f32x4_splat(4.1665795894e-2f));
+  p = wasm_f32x4_add(wasm_f32x4_mul(p, r), wasm_f32x4_splat(1.6666665459e-1f));
+  p = wasm_f32x4_add(wasm_f32x4_mul(p, r), wasm_f32x4_splat(5.0000001201e-1f));
+  const v128_t r2 = wasm_f32x4_mul(r, r);
+  p = wasm_f32x4_add(wasm_f32x4_add(wasm_f32x4_mul(p, r2), r), wasm_f32x4_splat(1.0f));
+  // Scale by 2^n in two steps so that n = 128 (x near the top) and n = -126
+  // (x near the bottom) stay representable.
+  const v128_t ni = wasm_i32x4_trunc_sat_f32x4(n);
+  const v128_t half_n = wasm_i32x4_shr(ni, 1);
+  const v128_t scale1 = wasm_i32x4_shl(wasm_i32x4_add(half_n, wasm_i32x4_splat(127)), 23);
+  const v128_t scale2 =
+      wasm_i32x4_shl(wasm_i32x4_add(wasm_i32x4_sub(ni, half_n), wasm_i32x4_splat(127)), 23);
+  return wasm_f32x4_mul(wasm_f32x4_mul(p, scale1), scale2);
+}
+
+}  // namespace sipllm::simd

@@ -1,0 +1,142 @@
+#include "kernel_cases.h"
+
+#include <algorithm>
+#include <random>
+
+#include "kernels/activation_quant.h"
+#include "kernels/attention.h"
+#include "kernels/elementwise.h"
+#include "thread_pool.h"
+
+namespace sipllm::bench {
+namespace {
+
+std::vector<float> random_floats(size_t n, float scale, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+struct Shape {
+  const char* name;
+  int rows, cols;
+};
+
+}  // namespace
+
+std::string MatmulCase::name() const {
+  return tensor_type_name(static_cast<uint32_t>(type)) + " " + shape + " x" + std::to_string(positions);
+}
+
+std::vector<MatmulCase> matmul_cases() {
+  const Shape shapes[] = {{"smollm ffn_up", 1536, 576},
+                          {"smollm ffn_down", 576, 1536},
+                          {"qwen ffn_down", 896, 4864}};
+  const TensorType types[] = {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ5_0,
+                              TensorType::kQ5_1, TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K,
+                              TensorType::kF16,  TensorType::kF32};
+  // Far larger than the caches (75-140 MB quantized), as a whole model is
+  // when decoding: this one measures the bandwidth from memory.
+  const Shape dram{"dram-sized", 65536, 2048};
+  std::vector<MatmulCase> cases;
+  for (TensorType type : types) {
+    if (find_matmul_kernel(type) == nullptr) continue;
+    const uint32_t block = tensor_type_traits(type).block_elements;
+    for (const Shape& s : shapes) {
+      if (s.cols % static_cast<int>(block) != 0) continue;
+      for (int positions : {1, 64}) {
+        cases.push_back({std::string(s.name) + " " + std::to_string(s.rows) + "x" + std::to_string(s.cols), type,
+                         s.rows, s.cols, positions});
+      }
+    }
+    if (block > 1) {
+      cases.push_back({std::string(dram.name) + " " + std::to_string(dram.rows) + "x" + std::to_string(dram.cols), type,
+                       dram.rows, dram.cols, 1});
+    }
+  }
+  return cases;
+}
+
+MatmulFixture::MatmulFixture(const MatmulCase& c) : case_(c) {
+  const TensorTypeTraits& traits = tensor_type_traits(c.type);
+  const size_t row_bytes = tensor_bytes(traits, static_cast<uint64_t>(c.cols));
+  bytes_.resize(row_bytes * static_cast<size_t>(c.rows));
+  // At most 2048 distinct rows (quantizing is slow); larger matrices repeat
+  // them, still in memory of their own.
+  const int distinct = c.rows < 2048 ? c.rows : 2048;
+  const std::vector<float> w = random_floats(static_cast<size_t>(distinct) * c.cols, 0.05f, 1);
+  for (int r = 0; r < distinct; ++r) {
+    quantize_row(c.type, w.data() + static_cast<size_t>(r) * c.cols, bytes_.data() + static_cast<size_t>(r) * row_bytes,
+                 static_cast<size_t>(c.cols));
+  }
+  for (int r = distinct; r < c.rows; ++r) {
+    std::copy_n(bytes_.data() + static_cast<size_t>(r % distinct) * row_bytes, row_bytes,
+                bytes_.data() + static_cast<size_t>(r) * row_bytes);
+  }
+  x_ = random_floats(static_cast<size_t>(c.positions) * c.cols, 1.0f, 2);
+  y_.resize(static_cast<size_t>(c.positions) * c.rows);
+  w_.type = c.type;
+  w_.rows = c.rows;
+  w_.cols = c.cols;
+  w_.data = bytes_.data();
+  w_.row_bytes = row_bytes;
+}
+
+void MatmulFixture::run(ThreadPool& pool) {
+  // Quantizing the activations is part of every product's cost.
+  matmul(w_, x_.data(), case_.positions, y_.data(), pool);
+}
+
+double MatmulFixture::flops() const {
+  return 2.0 * case_.rows * static_cast<double>(case_.cols) * case_.positions;
+}
+
+std::vector<VectorCase> vector_cases() {
+  return {{"rmsnorm 576", 3 * 576},
+          {"rope 9x64", 6 * 576},
+          {"swiglu 1536", 6 * 1536},
+          {"softmax 1024", 4 * 1024},
+          {"quantize q8_0 4864", 3 * 4864},
+          {"quantize q8_k 4864", 3 * 4864},
+          {"attention 9x64 over 256", 4.0 * 9 * 64 * 256}};
+}
+
+VectorFixture::VectorFixture(const VectorCase& c) : case_(c) {
+  a_ = random_floats(1 << 14, 1.0f, 3);  // also serves as a rope table
+  b_ = random_floats(1 << 14, 1.0f, 4);
+  c_.resize(1 << 14);
+  if (c.name.rfind("attention", 0) == 0) {
+    cache_ = std::make_unique<KvCache>(1, 3 * 64, 256);
+    cache_->reserve(256);
+    const std::vector<float> kv = random_floats(2 * 256 * 3 * 64, 1.0f, 5);
+    for (int t = 0; t < 256; ++t) {
+      std::copy_n(&kv[static_cast<size_t>(t) * 192], 192, cache_->key(0, t));
+      std::copy_n(&kv[static_cast<size_t>(256 + t) * 192], 192, cache_->value(0, t));
+    }
+  }
+}
+
+void VectorFixture::run(ThreadPool& pool) {
+  const std::string& n = case_.name;
+  if (n == "rmsnorm 576") {
+    rmsnorm(c_.data(), a_.data(), b_.data(), 576, 1e-5f);
+  } else if (n == "rope 9x64") {
+    rope_rotate(a_.data(), 9, 64, 64, b_.data());
+  } else if (n == "swiglu 1536") {
+    std::copy_n(a_.data(), 1536, c_.data());
+    swiglu(c_.data(), b_.data(), 1536);
+  } else if (n == "softmax 1024") {
+    std::copy_n(a_.data(), 1024, c_.data());
+    softmax(c_.data(), 1024);
+  } else if (n == "quantize q8_0 4864" || n == "quantize q8_k 4864") {
+    quantize_activations(a_.data(), 1, 4864,
+                         n == "quantize q8_0 4864" ? ActivationFormat::kQ8_0 : ActivationFormat::kQ8_K, &quantized_);
+  } else {
+    const AttentionShape shape{9, 3, 64};
+    attention(a_.data(), 1, 255, *cache_, 0, shape, c_.data(), pool, scratch_);
+  }
+}
+
+}  // namespace sipllm::bench

@@ -1,0 +1,68 @@
+// The kernel benchmark without Google Benchmark, for targets that lack it
+// (WebAssembly under Node: scripts/bench-kernels-wasm.sh). Same cases as
+// kernels_bench.cpp; prints one line per case and thread count.
+//   sipllm_kernels_bench_plain [FILTER]   (cases whose name contains FILTER)
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "kernel_cases.h"
+#include "thread_pool.h"
+
+namespace sipllm::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Seconds per run: the best of five batches of runs lasting ~40 ms each.
+template <class Run>
+double seconds_per_run(Run run) {
+  run();  // warm-up: caches, pages, lazily built tables
+  int runs = 1;
+  for (;;) {
+    const auto start = Clock::now();
+    for (int i = 0; i < runs; ++i) run();
+    const double s = std::chrono::duration<double>(Clock::now() - start).count();
+    if (s > 0.04) break;
+    runs *= 2;
+  }
+  double best = 1e30;
+  for (int batch = 0; batch < 5; ++batch) {
+    const auto start = Clock::now();
+    for (int i = 0; i < runs; ++i) run();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count() / runs);
+  }
+  return best;
+}
+
+int main_impl(int argc, char** argv) {
+  const std::string filter = argc > 1 ? argv[1] : "";
+  std::printf("%-44s %7s %10s %9s %9s\n", "case", "threads", "us/run", "GB/s", "GFLOP/s");
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    for (const MatmulCase& c : matmul_cases()) {
+      if (c.name().find(filter) == std::string::npos) continue;
+      MatmulFixture fixture(c);
+      const double s = seconds_per_run([&] { fixture.run(pool); });
+      std::printf("%-44s %7d %10.2f %9.2f %9.2f\n", ("matmul " + c.name()).c_str(), threads, s * 1e6,
+                  fixture.weight_bytes() / s / 1e9, fixture.flops() / s / 1e9);
+      std::fflush(stdout);
+    }
+  }
+  ThreadPool pool(1);
+  for (const VectorCase& c : vector_cases()) {
+    if (c.name.find(filter) == std::string::npos) continue;
+    VectorFixture fixture(c);
+    const double s = seconds_per_run([&] { fixture.run(pool); });
+    std::printf("%-44s %7d %10.3f %9s %9.2f\n", ("vector " + c.name).c_str(), 1, s * 1e6, "",
+                c.flops_per_run / s / 1e9);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace sipllm::bench
+
+int main(int argc, char** argv) { return sipllm::bench::main_impl(argc, argv); }
