@@ -1,14 +1,18 @@
 #include "cli_options.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+
+#include "sipllm/http_source.h"
 
 namespace sipllm::cli {
 
 const char* const kUsage =
     "usage:\n"
     "  sipllm run -m MODEL.gguf [-p PROMPT] [-n N] [options]   generate text\n"
+    "      MODEL may be an http:// or https:// URL: it streams over range requests\n"
     "  sipllm info -m MODEL.gguf                               describe a model\n"
     "  sipllm tokenize -m MODEL.gguf -p TEXT                   print token ids\n"
     "  sipllm bench -m MODEL.gguf [options]                    profile streaming\n"
@@ -36,6 +40,14 @@ const char* const kUsage =
     "                      suffixes K, M, G (powers of 1024) are accepted\n"
     "  --prefill-chunk N   positions per layer sweep (default 512)\n"
     "  --throttle-mbps X   imitate storage of X MB/s      --latency-ms Y  per read\n"
+    "\n"
+    "http (MODEL is a URL):\n"
+    "  --cache-dir DIR     keep fetched pages in DIR, so that a second run sends no\n"
+    "                      request (default $XDG_CACHE_HOME/sipllm, else ~/.cache/sipllm)\n"
+    "  --no-cache          stream without keeping anything\n"
+    "  --parallel-requests N  range requests in flight for one read (default 4)\n"
+    "  --allow-whole-file  accept a server that ignores Range: download the whole file\n"
+    "                      into memory (otherwise that is an error)\n"
     "\n"
     "bench:\n"
     "  --prompt-tokens P   (default 128)      --gen-tokens G  (default 32)\n"
@@ -161,6 +173,15 @@ ParsedArgs parse_args(const std::string& command, const std::vector<std::string>
       p.common.throttle.bandwidth_mb_per_s = parse_double(flag, r.value(flag), 0.001, 1e6);
     } else if (flag == "--latency-ms") {
       p.common.throttle.latency_ms = parse_double(flag, r.value(flag), 0, 1e5);
+    } else if (flag == "--cache-dir") {
+      p.common.http.cache_dir = r.value(flag);
+      if (p.common.http.cache_dir.empty()) throw UsageError("--cache-dir needs a directory");
+    } else if (flag == "--no-cache") {
+      p.common.http.no_cache = true;
+    } else if (flag == "--parallel-requests") {
+      p.common.http.parallel_requests = static_cast<int>(parse_int(flag, r.value(flag), 1, 64));
+    } else if (flag == "--allow-whole-file") {
+      p.common.http.allow_whole_file = true;
     } else if (flag == "--prompt-tokens") {
       p.bench.prompt_tokens = static_cast<int>(parse_int(flag, r.value(flag), 1, 1 << 20));
     } else if (flag == "--gen-tokens") {
@@ -175,13 +196,47 @@ ParsedArgs parse_args(const std::string& command, const std::vector<std::string>
   }
   if (p.common.model.empty()) throw UsageError(command + " needs a model: -m MODEL.gguf");
   if (command == "tokenize" && !have_prompt) throw UsageError("tokenize needs text: -p TEXT");
+  if (is_http_url(p.common.model) && p.common.backend == Backend::kMmap) {
+    throw UsageError("--mmap needs a file, not a URL");
+  }
+  if (p.common.http.no_cache && !p.common.http.cache_dir.empty()) {
+    throw UsageError("--no-cache and --cache-dir contradict each other");
+  }
   return p;
 }
 
+bool is_http_url(const std::string& model) {
+  return model.rfind("http://", 0) == 0 || model.rfind("https://", 0) == 0;
+}
+
+std::string default_cache_dir() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/sipllm";
+  const char* home = std::getenv("HOME");
+  if (home != nullptr && home[0] == '/') return std::string(home) + "/.cache/sipllm";
+  return "";
+}
+
+namespace {
+
+std::unique_ptr<WeightSource> open_http_model(const CommonOptions& options) {
+  HttpSourceOptions http;
+  http.parallel_requests = options.http.parallel_requests;
+  http.allow_whole_file = options.http.allow_whole_file;
+  if (!options.http.no_cache) {
+    const std::string dir =
+        options.http.cache_dir.empty() ? default_cache_dir() : options.http.cache_dir;
+    if (!dir.empty()) http.cache = make_directory_cache(dir);
+  }
+  return open_http_source(options.model, make_curl_transport(), http);
+}
+
+}  // namespace
+
 std::unique_ptr<Engine> open_engine(const CommonOptions& options) {
-  std::unique_ptr<WeightSource> source = options.backend == Backend::kMmap
-                                             ? open_mmap_source(options.model)
-                                             : open_file_source(options.model);
+  std::unique_ptr<WeightSource> source = is_http_url(options.model)    ? open_http_model(options)
+                                         : options.backend == Backend::kMmap ? open_mmap_source(options.model)
+                                                                             : open_file_source(options.model);
   if (options.throttle.bandwidth_mb_per_s > 0 || options.throttle.latency_ms > 0) {
     source = make_throttled_source(std::move(source), options.throttle);
   }

@@ -20,9 +20,18 @@ class UsageError : public std::runtime_error {
 
 enum class Backend { kFile, kMmap };
 
+// For a model given as an http:// or https:// URL.
+struct HttpOptions {
+  std::string cache_dir;  // "": the per-user default (see default_cache_dir)
+  bool no_cache = false;
+  int parallel_requests = 4;
+  bool allow_whole_file = false;
+};
+
 struct CommonOptions {
   std::string model;
   Backend backend = Backend::kFile;
+  HttpOptions http;
   EngineOptions engine;
   ThrottleOptions throttle;  // all zero: no throttle
 };
@@ -48,7 +57,13 @@ struct ParsedArgs {
 
 ParsedArgs parse_args(const std::string& command, const std::vector<std::string>& args);
 
-// Opens the model with the chosen backend, throttle and engine options.
+bool is_http_url(const std::string& model);
+
+// $XDG_CACHE_HOME/sipllm, else $HOME/.cache/sipllm, else "" (no cache).
+std::string default_cache_dir();
+
+// Opens the model with the chosen backend, throttle and engine options; a URL
+// streams over HTTP range requests through libcurl and the directory cache.
 std::unique_ptr<Engine> open_engine(const CommonOptions& options);
 
 std::string format_stats_line(const GenerationStats& stats, const CommonOptions& options);

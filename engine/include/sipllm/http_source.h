@@ -5,13 +5,15 @@
 // retrying with backoff, and keeping the cache's bookkeeping. Only the
 // transport (how one blocking range GET is made) and the cache store (where
 // cached bytes persist) differ between a native build (libcurl, a directory),
-// a browser (XHR, OPFS) and Node (fetch on a helper thread, a directory).
+// a browser (fetch, or XHR in the single-thread build; OPFS) and Node (fetch;
+// a directory).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sipllm/weight_source.h"
@@ -20,18 +22,26 @@ namespace sipllm {
 
 // What came back for one range request.
 struct HttpRangeResponse {
-  int status = 0;             // HTTP status; 0 when no response arrived
-  std::string error;          // why no response arrived (connection refused, reset, ...)
+  int status = 0;             // HTTP status of the final response (after redirects); 0 when none arrived
+  std::string error;          // why the transfer failed (refused, reset, closed early, ...); "" when it completed
   std::string content_range;  // the Content-Range header, "" when absent or not exposed
   std::string etag;           // the ETag header, "" when absent
   std::string last_modified;  // the Last-Modified header, "" when absent
-  uint64_t body_bytes = 0;    // length of the body the server sent (may exceed what was asked)
+  // Length of the body: the bytes received, or, when the body is longer than
+  // `length` and the transport stopped reading it, the declared Content-Length
+  // (any value above `length` when none was declared).
+  uint64_t body_bytes = 0;
 };
 
 // Makes one blocking GET of `url` with "Range: bytes=offset-(offset+length-1)",
-// following redirects. Copies at most `length` bytes of the body to `dst` and
-// reports the full body length in body_bytes. Must allow calls from several
-// threads at once. Never throws for HTTP or network failures: it reports them.
+// following redirects. Copies at most `length` bytes of a 200 or 206 body to
+// `dst` (never more) and reports the body length in body_bytes; it need not
+// read a body past `length` bytes (a server that ignored the Range). A body
+// that ends before its declared length is a failure: report it in `error`
+// with the status and the bytes received. Never throws for HTTP or network
+// failures: it reports them, and the caller validates, retries and explains.
+// Must allow calls from several threads at once, except in a build without
+// threads, where the caller makes one call at a time.
 class HttpTransport {
  public:
   virtual ~HttpTransport() = default;
@@ -40,38 +50,80 @@ class HttpTransport {
 };
 
 // Persistent bytes, by name: the cache tier. Names are plain file names
-// ([A-Za-z0-9._-]). Must allow calls from several threads at once.
+// ([A-Za-z0-9._-]). A file may be written at any offset (holes read as
+// unspecified bytes and are never read). Must allow calls from several
+// threads at once, on different names and on different ranges of one name.
 class CacheStore {
  public:
   virtual ~CacheStore() = default;
   // Copies `length` bytes at `offset` of `name`; false when absent or short.
   virtual bool read(const std::string& name, uint64_t offset, void* dst, size_t length) = 0;
-  // Writes bytes at `offset` of `name`, creating it. Throws Error(kIo) when
-  // it cannot (a full disk, a browser quota): the caller then streams on
-  // without caching rather than failing.
+  // Writes bytes at `offset` of `name`, creating it; never truncates. Throws
+  // (an Error(kIo) naming the file, for a full disk or a browser quota) when
+  // it cannot: the caller then streams on without caching rather than failing.
   virtual void write(const std::string& name, uint64_t offset, const void* src, size_t length) = 0;
   virtual std::vector<std::pair<std::string, uint64_t>> list() = 0;  // names and sizes
-  virtual void remove(const std::string& name) = 0;
+  virtual void remove(const std::string& name) = 0;                  // absent: no-op
 };
 
 struct HttpSourceOptions {
-  std::shared_ptr<CacheStore> cache;  // null: no persistent cache
-  int max_retries = 4;                // per request, on network errors and 5xx
-  double backoff_ms = 100;            // first retry delay; doubles each time
-  int parallel_requests = 4;          // ranges in flight for one large read (1: no threads)
+  // Null: no persistent cache. Otherwise fetched bytes are stored in pages of
+  // `page_bytes` with an index of the pages present, per URL; a later open of
+  // the same URL uses the index without any request, and reads the pages it
+  // has from the store instead of the network.
+  std::shared_ptr<CacheStore> cache;
+  uint64_t page_bytes = 1u << 20;  // for new cache entries; an entry keeps its own
+  int max_retries = 4;             // per request, on network errors, short bodies and 5xx
+  double backoff_ms = 100;         // first retry delay; doubles each time
+  // Requests in flight: a large read is split into up to this many ranges,
+  // made on a pool of parallel_requests - 1 threads owned by the source plus
+  // the reading thread; with a cache, sequential reads also fetch the next
+  // pages ahead on that pool. 1: every request on the reading thread, no
+  // threads at all (the single-thread WebAssembly build).
+  int parallel_requests = 4;
   // A server that ignores Range and answers 200 with the whole file: false
   // makes that an error; true keeps the whole file in memory and serves from it.
   bool allow_whole_file = false;
-  // Called as bytes arrive: from the network or the cache, out of the total.
+  // Called as bytes arrive: cumulative bytes from the network and from the
+  // cache, out of the file's total. Called from whichever thread made the
+  // read, one call at a time. Bytes fetched again (a model streamed on every
+  // pass because it exceeds the memory budget and no cache holds it) count again.
   std::function<void(uint64_t fetched, uint64_t from_cache, uint64_t total)> on_progress;
 };
 
-// Opens `url`: asks for the first bytes (learning the total size and ETag
-// from Content-Range), or uses the cache's record of this URL without any
-// request. Throws Error(kNetwork) naming the URL and what went wrong.
-std::unique_ptr<WeightSource> open_http_source(const std::string& url,
-                                               std::shared_ptr<HttpTransport> transport,
-                                               const HttpSourceOptions& options = {});
+// What an HTTP source has done so far.
+struct HttpSourceStats {
+  uint64_t requests = 0;          // range requests made (retries included)
+  uint64_t retries = 0;
+  uint64_t bytes_fetched = 0;     // body bytes used from the network
+  uint64_t bytes_from_cache = 0;  // bytes read from the cache store
+  bool opened_from_cache = false; // the open used the cache's record: no request
+  bool whole_file = false;        // serving a whole-file download from memory
+  bool caching = false;           // fetched pages are being stored
+  std::string cache_error;        // why caching stopped (a write failed), "" if it did not
+};
+
+class HttpSource : public WeightSource {
+ public:
+  virtual HttpSourceStats stats() const = 0;
+};
+
+// Opens `url`: asks for the first 1 MiB (learning the total size, ETag and
+// Last-Modified from Content-Range; a GGUF header within it needs no other
+// request), or uses the cache's record of this URL without any request.
+// Throws Error(kNetwork) naming the URL, the byte range and what went wrong.
+//
+// Every later response is checked against what was asked and what is known:
+// a 206 whose Content-Range has the asked start and end and the known total,
+// a body of exactly that length, the same ETag (or, without ETags, the same
+// Last-Modified). A change is an error naming both values, and deletes the
+// stale cache entry. Network errors, short bodies and 5xx are retried with
+// backoff; 4xx are not. A model opened from the cache is trusted as stored:
+// a change on the server shows only when a missing page is fetched, so a
+// complete entry keeps serving the version it holds until it is deleted.
+std::unique_ptr<HttpSource> open_http_source(const std::string& url,
+                                             std::shared_ptr<HttpTransport> transport,
+                                             const HttpSourceOptions& options = {});
 
 // A model in the cache: its URL, total size and how much of it is stored.
 struct CachedModel {
@@ -79,12 +131,16 @@ struct CachedModel {
   uint64_t size = 0;
   uint64_t cached_bytes = 0;
   std::string etag;
+  std::string last_modified;
 };
 std::vector<CachedModel> list_cached_models(CacheStore& store);
+// Removes the model's pages and index; nothing happens when it is not cached.
 void delete_cached_model(CacheStore& store, const std::string& url);
 
 // Native building blocks (not in the WebAssembly build).
+// libcurl: http and https only, redirects followed, connections reused.
 std::shared_ptr<HttpTransport> make_curl_transport();
+// Files in `directory`, created when missing (throws Error(kIo) if it cannot be).
 std::shared_ptr<CacheStore> make_directory_cache(const std::string& directory);
 
 }  // namespace sipllm
