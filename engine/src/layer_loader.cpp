@@ -252,7 +252,7 @@ LayerLoader::Slot* LayerLoader::find_slot(int unit) {
 }
 
 bool LayerLoader::next_job(int* unit, Slot** slot) {
-  if (cancelled_ || stopping_) return false;
+  if (cancelled_ || stopping_ || halted_) return false;
   const std::vector<int> window = lookahead();
   for (int u : window) {
     Slot* resident = resident_[static_cast<size_t>(u)].get();
@@ -313,6 +313,7 @@ void LayerLoader::worker_loop() {
       slot->state = SlotState::kFailed;
       slot->error = error;
       slot->error_kind = kind;
+      halted_ = true;  // no more prefetching until the compute thread asks again
     } else {
       slot->state = SlotState::kReady;
       UnitCounters& c = stats_.units[static_cast<size_t>(unit)];
@@ -356,6 +357,7 @@ const UnitView& LayerLoader::acquire(int unit) {
     announced_.clear();  // the announced order was not followed: start over from here
   }
   in_use_ = unit;
+  halted_ = false;
   changed_.notify_all();
 
   const UnitPlan& plan = plans_[static_cast<size_t>(unit)];
@@ -403,7 +405,10 @@ const UnitView& LayerLoader::acquire(int unit) {
       const std::string message = slot->error;
       const ErrorKind kind = slot->error_kind;
       slot->state = SlotState::kFree;
+      // The request that wanted this unit is over: stop prefetching for it.
       in_use_ = -1;
+      announced_.clear();
+      continuation_ = false;
       throw Error(kind, message);
     }
   }
@@ -456,53 +461,77 @@ void LayerLoader::release(int unit) {
   changed_.notify_all();
 }
 
-void LayerLoader::embed(int32_t token, float* out) {
+void LayerLoader::embed(const int32_t* tokens, int n, float* out) {
   const GgufTensorInfo& table = *layout_.token_embd;
   const int n_vocab = layout_.config.n_vocab;
-  if (token < 0 || token >= n_vocab) {
-    throw Error(ErrorKind::kInvalidArgument, "token id " + std::to_string(token) +
-                                                 " is outside the vocabulary (0.." +
-                                                 std::to_string(n_vocab - 1) + ")");
+  for (int i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= n_vocab) {
+      throw Error(ErrorKind::kInvalidArgument, "token id " + std::to_string(tokens[i]) +
+                                                   " is outside the vocabulary (0.." +
+                                                   std::to_string(n_vocab - 1) + ")");
+    }
   }
   const size_t row_bytes = static_cast<size_t>(table.bytes / static_cast<uint64_t>(n_vocab));
   const size_t dim = static_cast<size_t>(layout_.config.dim);
-  const uint8_t* row = nullptr;
+
+  // An untied table within the budget is read whole, once.
+  if (embedding_resident_ && embedding_->state == SlotState::kFree) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ensure_capacity(embedding_->buffer, static_cast<size_t>(table.bytes));
+    }
+    source_.read(table.offset, embedding_->buffer.data.get(), static_cast<size_t>(table.bytes));
+    std::lock_guard<std::mutex> lock(mutex_);
+    embedding_->state = SlotState::kReady;
+    stats_.embedding_bytes_read += table.bytes;
+  }
+
+  // Rows already in memory: the resident table, or the resident head piece
+  // holding the row when the head is the embedding table.
+  std::vector<const uint8_t*> rows(static_cast<size_t>(n), nullptr);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (layout_.tied_output) {
-      // The head's output rows are the embedding table: use the piece holding
-      // this row when it is resident.
-      const auto piece = static_cast<size_t>(token) / static_cast<size_t>(layout_.head_rows_per_piece);
-      const Slot* head = resident_[static_cast<size_t>(layout_.first_head_unit()) + piece].get();
-      if (head != nullptr && (head->state == SlotState::kReady || head->state == SlotState::kInUse)) {
-        const size_t row_in_piece = static_cast<size_t>(token) - piece * layout_.head_rows_per_piece;
-        row = head->view.matrices[kOutput].data + row_in_piece * row_bytes;
-      }
-    } else if (embedding_resident_) {
-      if (embedding_->state == SlotState::kFree) {
-        ensure_capacity(embedding_->buffer, static_cast<size_t>(table.bytes));
-        embedding_->state = SlotState::kLoading;
+    for (int i = 0; i < n; ++i) {
+      const auto token = static_cast<size_t>(tokens[i]);
+      if (embedding_resident_) {
+        rows[static_cast<size_t>(i)] = embedding_->buffer.data.get() + token * row_bytes;
+      } else if (layout_.tied_output) {
+        const size_t piece = token / static_cast<size_t>(layout_.head_rows_per_piece);
+        const Slot* head = resident_[static_cast<size_t>(layout_.first_head_unit()) + piece].get();
+        if (head != nullptr && (head->state == SlotState::kReady || head->state == SlotState::kInUse)) {
+          const size_t row_in_piece = token - piece * layout_.head_rows_per_piece;
+          rows[static_cast<size_t>(i)] = head->view.matrices[kOutput].data + row_in_piece * row_bytes;
+        }
       }
     }
   }
-  if (row == nullptr && embedding_resident_) {
-    if (embedding_->state == SlotState::kLoading) {
-      source_.read(table.offset, embedding_->buffer.data.get(), static_cast<size_t>(table.bytes));
-      std::lock_guard<std::mutex> lock(mutex_);
-      embedding_->state = SlotState::kReady;
-      stats_.embedding_bytes_read += table.bytes;
+
+  // The rest: each distinct row read once, all in one batch.
+  std::vector<int32_t> missing;
+  for (int i = 0; i < n; ++i) {
+    if (rows[static_cast<size_t>(i)] == nullptr) missing.push_back(tokens[i]);
+  }
+  std::sort(missing.begin(), missing.end());
+  missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+  std::vector<uint8_t> fetched(missing.size() * row_bytes);
+  if (!missing.empty()) {
+    std::vector<WeightSource::ReadRequest> requests;
+    for (size_t k = 0; k < missing.size(); ++k) {
+      requests.push_back({table.offset + static_cast<uint64_t>(missing[k]) * row_bytes,
+                          fetched.data() + k * row_bytes, row_bytes});
     }
-    row = embedding_->buffer.data.get() + static_cast<size_t>(token) * row_bytes;
+    source_.read_many(requests);
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.embedding_bytes_read += fetched.size();
   }
-  if (row != nullptr) {
-    dequantize_row(table.type, row, out, dim);
-    return;
+  for (int i = 0; i < n; ++i) {
+    const uint8_t* row = rows[static_cast<size_t>(i)];
+    if (row == nullptr) {
+      const size_t k = static_cast<size_t>(std::lower_bound(missing.begin(), missing.end(), tokens[i]) - missing.begin());
+      row = fetched.data() + k * row_bytes;
+    }
+    dequantize_row(table.type, row, out + static_cast<size_t>(i) * dim, dim);
   }
-  std::vector<uint8_t> bytes(row_bytes);
-  source_.read(table.offset + static_cast<uint64_t>(token) * row_bytes, bytes.data(), row_bytes);
-  dequantize_row(table.type, bytes.data(), out, dim);
-  std::lock_guard<std::mutex> lock(mutex_);
-  stats_.embedding_bytes_read += row_bytes;
 }
 
 // ---- Control and counters ---------------------------------------------------------
@@ -527,6 +556,7 @@ void LayerLoader::reset() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++generation_;
+    halted_ = false;
     announced_.clear();
     in_use_ = -1;
     continuation_ = false;

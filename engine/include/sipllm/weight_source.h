@@ -30,8 +30,25 @@ class WeightSource {
   // sipllm::Error (kIo or kNetwork) naming the offset. Never returns short.
   virtual void read(uint64_t offset, void* dst, size_t length) = 0;
 
+  // Several small reads at once (the embedding rows of a prompt). A network
+  // source overrides this to have them in flight together; the default reads
+  // them one after another.
+  struct ReadRequest {
+    uint64_t offset;
+    void* dst;
+    size_t length;
+  };
+  virtual void read_many(const std::vector<ReadRequest>& requests) {
+    for (const ReadRequest& r : requests) read(r.offset, r.dst, r.length);
+  }
+
   // Where the bytes come from (a path or URL), for error messages.
   virtual std::string describe() const = 0;
+
+  // The engine has parsed the header; block reads in any order follow. A
+  // source that kept the start of the file while the header was read
+  // sequentially may drop it now, so memory stays within the budget.
+  virtual void header_done() {}
 };
 
 // pread() on a file descriptor: one system call per read, no caching of its own.
