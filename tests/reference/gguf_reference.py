@@ -43,6 +43,10 @@ GGML_TYPES = {0: ('F32', 1, 4), 1: ('F16', 1, 2), 2: ('Q4_0', 32, 18),
               8: ('Q8_0', 32, 34), 12: ('Q4_K', 256, 144), 13: ('Q5_K', 256, 176),
               14: ('Q6_K', 256, 210), 30: ('BF16', 1, 2)}
 
+# Quantized weight types whose products take 8-bit activations in ggml-style
+# engines: blocks of 32 for the 32-element formats, 256 for the K-quants.
+ACTIVATION_BLOCK = {2: 32, 3: 32, 6: 32, 7: 32, 8: 32, 12: 256, 13: 256, 14: 256}
+
 
 class Reader:
     def __init__(self, buf):
@@ -255,7 +259,7 @@ def dequantize(raw, ttype):
 # Llama model
 
 class Llama:
-    def __init__(self, gguf, dtype=np.float64):
+    def __init__(self, gguf, dtype=np.float64, q8_activations=False):
         md = gguf.metadata
         arch = md.get('general.architecture')
         if arch != 'llama':
@@ -297,6 +301,7 @@ class Llama:
         self.n_vocab = emb.dims[1]
 
         used = set()
+        self.act_block = {}  # id(matrix) -> block of the 8-bit activations it takes, or None
 
         def W(name, *dims):  # dims in ggml order: ne0 (row length) first
             if name not in gguf.tensors:
@@ -305,7 +310,9 @@ class Llama:
                 raise GGUFError(f"tensor {name} has dims {gguf.tensors[name].dims}, "
                                 f"expected {list(dims)}")
             used.add(name)
-            return gguf.tensor(name).astype(dtype)
+            m = gguf.tensor(name).astype(dtype)
+            self.act_block[id(m)] = ACTIVATION_BLOCK.get(gguf.tensors[name].ttype) if q8_activations else None
+            return m
 
         d, hd, V = self.dim, self.head_dim, self.n_vocab
         self.tok_embd = W('token_embd.weight', d, V)
@@ -341,6 +348,20 @@ class Llama:
         self.k_cache = np.zeros(shape, self.dtype)
         self.v_cache = np.zeros(shape, self.dtype)
 
+    def mul(self, w, x):
+        """w @ x, with x first rounded to 8 bits per block when w is quantized
+        and the run asks for it (--q8-activations): per block of 32 (or 256
+        for the K-quants), d = max|x| / 127 in float32 and x becomes
+        round_half_even(x / d) * d, as ggml-style integer dot products see it."""
+        block = self.act_block.get(id(w))
+        if block is not None:
+            xf = x.astype(np.float32).reshape(-1, block)
+            d = (np.abs(xf).max(axis=1) / np.float32(127)).astype(np.float32)
+            inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
+            q = np.rint(xf * inv[:, None])  # numpy rounds halves to even
+            x = (q * d[:, None].astype(np.float64)).reshape(-1).astype(self.dtype)
+        return w @ x
+
     def rmsnorm(self, x, w):
         return x / np.sqrt(np.mean(x * x) + self.eps) * w
 
@@ -361,9 +382,9 @@ class Llama:
         for l, L in enumerate(self.layers):
             # attention
             h = self.rmsnorm(x, L['attn_norm'])
-            q = self.rope((L['wq'] @ h).reshape(self.n_head, hd), pos)
-            self.k_cache[l, pos] = self.rope((L['wk'] @ h).reshape(self.n_kv, hd), pos)
-            self.v_cache[l, pos] = (L['wv'] @ h).reshape(self.n_kv, hd)
+            q = self.rope(self.mul(L['wq'], h).reshape(self.n_head, hd), pos)
+            self.k_cache[l, pos] = self.rope(self.mul(L['wk'], h).reshape(self.n_kv, hd), pos)
+            self.v_cache[l, pos] = self.mul(L['wv'], h).reshape(self.n_kv, hd)
             K, Vc = self.k_cache[l, :pos + 1], self.v_cache[l, :pos + 1]  # (T, n_kv, hd)
             # query head h = kv*group + g uses kv head h // group
             qg = q.reshape(self.n_kv, group, hd)
@@ -372,12 +393,12 @@ class Llama:
             scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
             scores /= scores.sum(axis=-1, keepdims=True)
             att = np.einsum('kgt,tkd->kgd', scores, Vc).reshape(-1)
-            x = x + L['wo'] @ att
+            x = x + self.mul(L['wo'], att)
             # SwiGLU feed-forward
             h = self.rmsnorm(x, L['ffn_norm'])
-            g = L['w_gate'] @ h
-            x = x + L['w_down'] @ (g / (1 + np.exp(-g)) * (L['w_up'] @ h))
-        return self.output @ self.rmsnorm(x, self.output_norm)
+            g = self.mul(L['w_gate'], h)
+            x = x + self.mul(L['w_down'], g / (1 + np.exp(-g)) * self.mul(L['w_up'], h))
+        return self.mul(self.output, self.rmsnorm(x, self.output_norm))
 
     def check_tokens(self, tokens, n_more=0):
         bad = [t for t in tokens if not 0 <= t < self.n_vocab]
@@ -489,6 +510,9 @@ def main(argv=None):
                     help='with --greedy: print the generated text (raw bytes, no newline '
                          'added) instead of the ids')
     ap.add_argument('--float32', action='store_true', help='compute in float32, not float64')
+    ap.add_argument('--q8-activations', action='store_true',
+                    help='round the input of each quantized-weight product to 8 bits per block, '
+                         'as engines with integer dot products do')
     args = ap.parse_args(argv)
     if not (args.out or args.compare or args.greedy is not None):
         ap.error('nothing to do: give --out, --compare and/or --greedy')
@@ -503,7 +527,7 @@ def main(argv=None):
 
     try:
         gguf = GGUF(args.model)
-        model = Llama(gguf, np.float32 if args.float32 else np.float64)
+        model = Llama(gguf, np.float32 if args.float32 else np.float64, args.q8_activations)
         status = 0
         if args.out or args.compare:
             logits = model.logits(tokens)
