@@ -16,6 +16,7 @@
 
 #include "half.h"
 #include "kernels/quant_dot.h"
+#include "kernels/row_tiles.h"
 #include "kernels/simd.h"
 
 namespace sipllm {
@@ -315,28 +316,12 @@ void dot_rows4(const uint8_t* const row[4], int n_blocks, const QuantizedActivat
 template <class F>
 void rows_simd(const WeightMatrix& w, int row_begin, int row_end, const ActivationView& x, float* y,
                size_t y_stride) {
-  constexpr int kTile = 4;
   const QuantizedActivations& q = *x.q;
   const int n_blocks = w.cols / kQK_K;
-  const uint8_t* matrix_end = w.data + static_cast<size_t>(w.rows) * w.row_bytes;
-  simd::prefetch_run_start(w.data + static_cast<size_t>(row_begin) * w.row_bytes, w.row_bytes, matrix_end);
-  for (int r = row_begin; r < row_end; r += 4) {
-    const int valid = row_end - r < 4 ? row_end - r : 4;
-    const uint8_t* row[4];
-    for (int i = 0; i < 4; ++i) row[i] = w.data + static_cast<size_t>(r + (i < valid ? i : valid - 1)) * w.row_bytes;
-    simd::prefetch_rows(row[0], w.row_bytes, matrix_end);
-    int p = 0;
-    for (; p + kTile <= x.n_positions; p += kTile) {
-      v128_t acc[kTile];
-      dot_rows4<F, kTile>(row, n_blocks, q, p, acc);
-      for (int j = 0; j < kTile; ++j) simd::store_lanes(acc[j], y + static_cast<size_t>(p + j) * y_stride + r, valid);
-    }
-    for (; p < x.n_positions; ++p) {
-      v128_t acc[1];
-      dot_rows4<F, 1>(row, n_blocks, q, p, acc);
-      simd::store_lanes(acc[0], y + static_cast<size_t>(p) * y_stride + r, valid);
-    }
-  }
+  for_each_row_tile<4>(
+      w, row_begin, row_end, x.n_positions, y, y_stride,
+      [&](const uint8_t* const row[4], int p, v128_t* acc) { dot_rows4<F, 4>(row, n_blocks, q, p, acc); },
+      [&](const uint8_t* const row[4], int p, v128_t* acc) { dot_rows4<F, 1>(row, n_blocks, q, p, acc); });
 }
 
 // ---- The scalar reference ------------------------------------------------------
