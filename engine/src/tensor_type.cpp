@@ -220,9 +220,13 @@ void quantize_q8_0(const float* src, uint8_t* dst, size_t n) {
 
 // ---- K-quants ----------------------------------------------------------------------
 
-void dequantize_q4_k(const uint8_t* src, float* dst, size_t n) {
+// Q4_K and Q5_K: eight sub-blocks of 32 with 6-bit scales and mins; Q5_K
+// adds a fifth bit per value from qh (bit 2c for the low nibbles of chunk c,
+// bit 2c + 1 for the high ones).
+template <class Block, bool kFifthBit>
+void dequantize_q45_k(const uint8_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n / kQK_K; ++i) {
-    const auto b = load_block<BlockQ4_K>(src + i * sizeof(BlockQ4_K));
+    const auto b = load_block<Block>(src + i * sizeof(Block));
     const float d = fp16_to_float(b.d);
     const float dmin = fp16_to_float(b.dmin);
     float* out = dst + i * kQK_K;
@@ -233,28 +237,12 @@ void dequantize_q4_k(const uint8_t* src, float* dst, size_t n) {
       const float d_lo = d * lo.scale, m_lo = dmin * lo.min;
       const float d_hi = d * hi.scale, m_hi = dmin * hi.min;
       for (int l = 0; l < 32; ++l) {
-        out[64 * c + l] = d_lo * static_cast<float>(q[l] & 0x0f) - m_lo;
-        out[64 * c + 32 + l] = d_hi * static_cast<float>(q[l] >> 4) - m_hi;
-      }
-    }
-  }
-}
-
-void dequantize_q5_k(const uint8_t* src, float* dst, size_t n) {
-  for (size_t i = 0; i < n / kQK_K; ++i) {
-    const auto b = load_block<BlockQ5_K>(src + i * sizeof(BlockQ5_K));
-    const float d = fp16_to_float(b.d);
-    const float dmin = fp16_to_float(b.dmin);
-    float* out = dst + i * kQK_K;
-    for (int c = 0; c < 4; ++c) {
-      const uint8_t* q = b.qs + 32 * c;
-      const KScaleMin lo = k_quant_scale_min(b.scales, 2 * c);
-      const KScaleMin hi = k_quant_scale_min(b.scales, 2 * c + 1);
-      const float d_lo = d * lo.scale, m_lo = dmin * lo.min;
-      const float d_hi = d * hi.scale, m_hi = dmin * hi.min;
-      for (int l = 0; l < 32; ++l) {
-        const int q_lo = (q[l] & 0x0f) | ((b.qh[l] >> (2 * c)) & 1) << 4;
-        const int q_hi = (q[l] >> 4) | ((b.qh[l] >> (2 * c + 1)) & 1) << 4;
+        int q_lo = q[l] & 0x0f;
+        int q_hi = q[l] >> 4;
+        if constexpr (kFifthBit) {
+          q_lo |= ((b.qh[l] >> (2 * c)) & 1) << 4;
+          q_hi |= ((b.qh[l] >> (2 * c + 1)) & 1) << 4;
+        }
         out[64 * c + l] = d_lo * static_cast<float>(q_lo) - m_lo;
         out[64 * c + 32 + l] = d_hi * static_cast<float>(q_hi) - m_hi;
       }
@@ -618,8 +606,8 @@ void dequantize_row(TensorType type, const void* src, float* dst, size_t n) {
     case TensorType::kQ5_0: dequantize_q5_0(bytes, dst, n); return;
     case TensorType::kQ5_1: dequantize_q5_1(bytes, dst, n); return;
     case TensorType::kQ8_0: dequantize_q8_0(bytes, dst, n); return;
-    case TensorType::kQ4_K: dequantize_q4_k(bytes, dst, n); return;
-    case TensorType::kQ5_K: dequantize_q5_k(bytes, dst, n); return;
+    case TensorType::kQ4_K: dequantize_q45_k<BlockQ4_K, false>(bytes, dst, n); return;
+    case TensorType::kQ5_K: dequantize_q45_k<BlockQ5_K, true>(bytes, dst, n); return;
     case TensorType::kQ6_K: dequantize_q6_k(bytes, dst, n); return;
     case TensorType::kQ8_K: dequantize_q8_k(bytes, dst, n); return;
   }
