@@ -122,9 +122,16 @@ ModelShape named_model_shape(const std::string& name) {
 
 TensorType mixed_tensor_type(const GeneratorOptions& options, const std::string& name, int layer,
                              uint64_t row_length) {
-  if (options.mix == QuantMix::kPlain) return fitting_type(options.type, row_length);
-  const TensorType base = options.mix == QuantMix::kQ4_K_M ? TensorType::kQ4_K : TensorType::kQ5_K;
   const bool is_output = name == "output.weight" || (options.shape.tied_output && name == "token_embd.weight");
+  const bool block_quant = tensor_type_traits(options.type).block_elements > 1;
+  if (options.mix == QuantMix::kPlain || (options.mix == QuantMix::kDefault && (!is_output || !block_quant))) {
+    return fitting_type(options.type, row_length);
+  }
+  if (options.mix == QuantMix::kDefault) {
+    if (options.type == TensorType::kQ8_0) return TensorType::kQ8_0;
+    return row_length % kQK_K == 0 ? TensorType::kQ6_K : TensorType::kQ8_0;
+  }
+  const TensorType base = options.mix == QuantMix::kQ4_K_M ? TensorType::kQ4_K : TensorType::kQ5_K;
   TensorType type = base;
   if (is_output) {
     // Decided against the base type's block, before any fallback.
@@ -278,11 +285,11 @@ struct NamedType {
 const std::vector<NamedType>& named_types() {
   static const std::vector<NamedType> kTypes = {
       {"F32", TensorType::kF32, QuantMix::kPlain},     {"F16", TensorType::kF16, QuantMix::kPlain},
-      {"BF16", TensorType::kBF16, QuantMix::kPlain},   {"Q8_0", TensorType::kQ8_0, QuantMix::kPlain},
-      {"Q4_0", TensorType::kQ4_0, QuantMix::kPlain},   {"Q4_1", TensorType::kQ4_1, QuantMix::kPlain},
-      {"Q5_0", TensorType::kQ5_0, QuantMix::kPlain},   {"Q5_1", TensorType::kQ5_1, QuantMix::kPlain},
-      {"Q4_K", TensorType::kQ4_K, QuantMix::kPlain},   {"Q5_K", TensorType::kQ5_K, QuantMix::kPlain},
-      {"Q6_K", TensorType::kQ6_K, QuantMix::kPlain},   {"Q4_K_M", TensorType::kQ4_K, QuantMix::kQ4_K_M},
+      {"BF16", TensorType::kBF16, QuantMix::kPlain},   {"Q8_0", TensorType::kQ8_0, QuantMix::kDefault},
+      {"Q4_0", TensorType::kQ4_0, QuantMix::kDefault}, {"Q4_1", TensorType::kQ4_1, QuantMix::kDefault},
+      {"Q5_0", TensorType::kQ5_0, QuantMix::kDefault}, {"Q5_1", TensorType::kQ5_1, QuantMix::kDefault},
+      {"Q4_K", TensorType::kQ4_K, QuantMix::kDefault}, {"Q5_K", TensorType::kQ5_K, QuantMix::kDefault},
+      {"Q6_K", TensorType::kQ6_K, QuantMix::kDefault}, {"Q4_K_M", TensorType::kQ4_K, QuantMix::kQ4_K_M},
       {"Q5_K_M", TensorType::kQ5_K, QuantMix::kQ5_K_M},
   };
   return kTypes;

@@ -37,9 +37,13 @@ std::vector<std::string> model_shape_names();
 // How the matrices get their types.
 //   kPlain: every matrix `type` (as llama.cpp's quantize --pure), but for
 //     rows that do not fit its block.
+//   kDefault: the same, except the output head (or the token embeddings tied
+//     to it), which llama.cpp's quantize makes Q6_K, or Q8_0 where its rows
+//     are not a multiple of 256 (a Q8_0 model keeps Q8_0). This is what
+//     `quantize model Q4_0` writes, so sizes match files from a model hub.
 //   kQ4_K_M, kQ5_K_M: llama.cpp's mixes of those names (see
 //     mixed_tensor_type); `type` is ignored.
-enum class QuantMix { kPlain, kQ4_K_M, kQ5_K_M };
+enum class QuantMix { kPlain, kDefault, kQ4_K_M, kQ5_K_M };
 
 struct GeneratorOptions {
   ModelShape shape;
