@@ -165,12 +165,15 @@ TEST(GeneratorFiles, EveryTypeWritesAFileThatParsesWithTheExpectedTypes) {
       if (t.dims.size() == 2) types.insert(tensor_type_traits(t.type_id)->name);
     }
     EXPECT_LE(end, gguf.file_size()) << type;
-    // Every matrix of tiny-k fits 256, so the plain types are uniform and the
-    // mixes hold exactly their base type and Q6_K.
+    // Every matrix of tiny-k fits 256, so the float types and Q8_0 are
+    // uniform, the other single quant types add a Q6_K output head (as
+    // llama.cpp's quantize does), and the mixes hold their base type and Q6_K.
+    const bool float_or_q8 = type == "F32" || type == "F16" || type == "BF16" || type == "Q8_0";
     const std::set<std::string> expected =
         type == "Q4_K_M" ? std::set<std::string>{"Q4_K", "Q6_K"}
         : type == "Q5_K_M" ? std::set<std::string>{"Q5_K", "Q6_K"}
-                           : std::set<std::string>{type};
+        : float_or_q8      ? std::set<std::string>{type}
+                           : std::set<std::string>{type, "Q6_K"};
     EXPECT_EQ(types, expected) << type;
     // Opens and runs.
     auto engine = Engine::open(open_file_source(file.path()));
