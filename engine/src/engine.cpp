@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "gguf.h"
+#include "kernel_warm_up.h"
 #include "kv_cache.h"
 #include "layer_loader.h"
 #include "model_layout.h"
@@ -50,6 +51,8 @@ ModelInfo describe(const GgufFile& gguf, const ModelLayout& layout, const Tokeni
   info.tokenizer = tokenizer.kind();
   info.bos = tokenizer.bos();
   info.eos = tokenizer.eos();
+  if (info.bos >= 0) info.bos_text = tokenizer.token_text(info.bos);
+  if (info.eos >= 0) info.eos_text = tokenizer.token_text(info.eos);
   info.chat_template = gguf.get_string("tokenizer.chat_template", "");
   return info;
 }
@@ -67,6 +70,7 @@ class EngineImpl final : public Engine {
         loader_(*source_, layout_, options.loader),
         cache_(layout_.config.n_layers, layout_.config.kv_dim(), context_length(options, layout_)),
         transformer_(layout_, loader_, pool_, options.prefill_chunk) {
+    source_->header_done();
     if (tokenizer_->n_vocab() != layout_.config.n_vocab) {
       throw Error(ErrorKind::kFormat, "the tokenizer has " + std::to_string(tokenizer_->n_vocab()) +
                                           " tokens but token_embd.weight has " +
@@ -184,6 +188,26 @@ class EngineImpl final : public Engine {
     sync_cache(tokens, logits, all_positions, &reason);
     if (reason == StopReason::kCancelled) throw Error(ErrorKind::kAborted, "evaluation cancelled");
     return logits;
+  }
+
+  void warm_up(double milliseconds) override {
+    if (!std::isfinite(milliseconds) || milliseconds < 0) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  "the warm-up time must be a finite number of milliseconds >= 0, not " +
+                      std::to_string(milliseconds));
+    }
+    if (milliseconds == 0) return;
+    const auto start = Clock::now();
+    cancelled_ = false;
+    loader_.clear_cancel();
+    // The first pass's weights (the resident units, the ring's first units)
+    // arrive meanwhile: a request that follows finds them there or on the way.
+    loader_.set_continuation(true);
+    KernelWarmUp work(layout_);
+    // On this thread alone: the code it optimises is shared by every thread,
+    // and the other cores stay free for the download it overlaps.
+    ThreadPool one_thread(1);
+    while (!cancelled_ && ms_since(start) < milliseconds) work.run_round(one_thread);
   }
 
   const std::vector<int32_t>& cached_tokens() const override { return cached_; }

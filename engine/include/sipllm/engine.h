@@ -7,7 +7,8 @@
 //                    [](const sipllm::TokenEvent& e) { std::cout << e.text; return true; });
 //
 // An Engine holds one model and one conversation (its KV cache). Calls on one
-// Engine must come from one thread at a time, except cancel().
+// Engine must come from one thread at a time, except cancel() and
+// loader_stats().
 #pragma once
 
 #include <cstdint>
@@ -153,6 +154,7 @@ struct ModelInfo {
   std::map<std::string, int> tensors_by_type;  // "Q8_0" -> count
   std::string tokenizer;                       // tokenizer kind
   int32_t bos = -1, eos = -1;
+  std::string bos_text, eos_text;  // those tokens' text ("<s>"), for chat templates; "" when absent
   std::string chat_template;  // tokenizer.chat_template, empty when absent
 };
 
@@ -184,10 +186,22 @@ class Engine {
   virtual std::vector<float> evaluate(const std::vector<int32_t>& tokens,
                                       bool all_positions = false) = 0;
 
+  // Runs the model's own kernels (the matrix product of every weight type
+  // it uses, attention, norms, rope, SwiGLU) on small synthetic data for
+  // about `milliseconds`, while the loader starts fetching the weights the
+  // first request will need. Where code is compiled in tiers as it runs
+  // (WebAssembly in a browser starts on baseline code), this moves the slow
+  // first runs out of the first request. The conversation and every later
+  // result stay as they were; cancel() ends it early. Throws
+  // Error(kInvalidArgument) for a negative or non-finite duration.
+  virtual void warm_up(double milliseconds) = 0;
+
   // Tokens whose keys and values are in the cache.
   virtual const std::vector<int32_t>& cached_tokens() const = 0;
   virtual void reset() = 0;   // forget the conversation
   virtual void cancel() = 0;  // from any thread: the running call stops soon
+  // From any thread too (a snapshot taken under the loader's lock), so that
+  // the arrival of the weights can be watched while a request runs.
   virtual LoaderStats loader_stats() const = 0;
   virtual size_t kv_cache_bytes() const = 0;
 };

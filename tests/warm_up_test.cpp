@@ -1,0 +1,106 @@
+// Engine::warm_up: it runs the model's kernels on synthetic data and starts
+// the loader on the first pass, and changes no result.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include "sipllm/engine.h"
+#include "sipllm/error.h"
+#include "test_support.h"
+
+namespace sipllm {
+namespace {
+
+std::unique_ptr<Engine> open_generated(TensorType type, EngineOptions options = {}) {
+  return Engine::open(make_memory_source(test::random_llama_bytes("tiny", type)), options);
+}
+
+TEST(WarmUp, LeavesEveryResultUnchanged) {
+  for (TensorType type : {TensorType::kF32, TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K}) {
+    EngineOptions options;
+    options.threads = 2;
+    auto cold = open_generated(type, options);
+    const std::string first = test::generate_text(*cold, "Once upon a time", test::greedy(12));
+    const std::string second = test::generate_text(*cold, " there was", test::greedy(12));
+
+    auto warm = open_generated(type, options);
+    warm->warm_up(5);
+    EXPECT_EQ(test::generate_text(*warm, "Once upon a time", test::greedy(12)), first)
+        << tensor_type_name(static_cast<uint32_t>(type));
+    // In the middle of a conversation too: the KV cache is left alone.
+    warm->warm_up(5);
+    EXPECT_EQ(test::generate_text(*warm, " there was", test::greedy(12)), second)
+        << tensor_type_name(static_cast<uint32_t>(type));
+  }
+}
+
+TEST(WarmUp, LoaderFetchesTheFirstPassMeanwhile) {
+  auto engine = open_generated(TensorType::kQ8_0);
+  const auto units = static_cast<uint64_t>(engine->loader_stats().units.size());
+  ASSERT_GT(units, 0u);
+  EXPECT_EQ(engine->loader_stats().units_loaded, 0u);
+  // Watched from another thread while the warm-up runs (as a page watches
+  // the weights arrive): without any request, every unit (all resident, no
+  // budget) arrives, in stream order.
+  std::atomic<bool> warmed{false};
+  std::thread warming([&] {
+    engine->warm_up(1e9);
+    warmed = true;
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  uint64_t seen = 0;
+  while (seen < units && std::chrono::steady_clock::now() < deadline) {
+    const LoaderStats stats = engine->loader_stats();
+    EXPECT_GE(stats.units_loaded, seen);
+    seen = stats.units_loaded;
+    for (uint64_t u = 0; u < units; ++u) EXPECT_EQ(stats.units[u].loads, u < seen ? 1u : 0u) << "unit " << u;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  while (!warmed) {  // (a cancel that came before the warm-up began would not count)
+    engine->cancel();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  warming.join();
+  EXPECT_EQ(seen, units);
+  GenerationStats stats;
+  test::generate_text(*engine, "Once upon a time", test::greedy(4), &stats);
+  EXPECT_EQ(stats.loader.prefetch_misses, 0u);
+  EXPECT_EQ(stats.loader.units_loaded, 0u);  // nothing left to load
+}
+
+TEST(WarmUp, CancelEndsIt) {
+  auto engine = open_generated(TensorType::kQ4_K);
+  std::atomic<bool> done{false};
+  std::thread canceller([&] {
+    while (!done) {
+      engine->cancel();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  engine->warm_up(1e9);
+  done = true;
+  canceller.join();
+  // The engine still works afterwards.
+  EXPECT_FALSE(test::generate_text(*engine, "Once upon a time", test::greedy(4)).empty());
+}
+
+TEST(WarmUp, RejectsBadDurations) {
+  auto engine = open_generated(TensorType::kF32);
+  for (double ms : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    try {
+      engine->warm_up(ms);
+      ADD_FAILURE() << "warm_up(" << ms << ") did not throw";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("warm-up"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_NO_THROW(engine->warm_up(0));
+}
+
+}  // namespace
+}  // namespace sipllm

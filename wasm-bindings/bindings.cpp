@@ -1,0 +1,440 @@
+// The Embind surface of the engine: JavaScript objects in, JavaScript objects
+// out, nothing else. Option objects use the engine's defaults for every field
+// left undefined; numbers of bytes travel as doubles (exact below 2^53).
+//
+//   const s = new Module.Session(id);
+//   s.openUrl(url, options) / s.openBytes(bytesId, size, name, options)
+//   s.generate(prompt, options) / s.generateTokens(ids, options) / s.warmUp(ms)
+//       -> events through Module.sipllmHost.event(id, 'tokens' | 'done' | 'progress')
+//   s.liveUnits() -> [{name, bytes, loads, resident, used}], at any time
+//   s.takeTokens() -> [{token, text}],  s.takeResult() -> {ok, stats} | {ok: false, error}
+//   s.cancel() -> tokens generated so far, s.info(), s.tokenize(), s.detokenize(), s.reset(), s.stats(), s.close()
+//   Module.listCachedModels(storeId), Module.deleteCachedModel(storeId, url)
+//
+// Calls answered at once return {value} or {error: {kind, message}}.
+#include <emscripten/bind.h>
+#include <emscripten/heap.h>
+#include <emscripten/val.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "js_host.h"
+#include "session.h"
+#include "sipllm/error.h"
+
+namespace sipllm::wasm {
+namespace {
+
+using emscripten::val;
+
+bool has(const val& object, const char* key) {
+  if (object.isUndefined() || object.isNull()) return false;
+  const val v = object[key];
+  return !v.isUndefined() && !v.isNull();
+}
+
+double number(const val& object, const char* key, double fallback) {
+  if (!has(object, key)) return fallback;
+  const val v = object[key];
+  if (v.typeOf().as<std::string>() != "number") {
+    throw Error(ErrorKind::kInvalidArgument, std::string("option '") + key + "' must be a number");
+  }
+  const double d = v.as<double>();
+  if (std::isnan(d)) throw Error(ErrorKind::kInvalidArgument, std::string("option '") + key + "' is NaN");
+  return d;
+}
+
+int integer(const val& object, const char* key, int fallback) {
+  const double d = number(object, key, fallback);
+  if (d != std::floor(d) || std::abs(d) > 2147483647.0) {
+    throw Error(ErrorKind::kInvalidArgument, std::string("option '") + key + "' must be an integer");
+  }
+  return static_cast<int>(d);
+}
+
+bool boolean(const val& object, const char* key, bool fallback) {
+  return has(object, key) ? object[key].as<bool>() : fallback;
+}
+
+uint64_t byte_count(const val& object, const char* key, uint64_t fallback) {
+  if (!has(object, key)) return fallback;
+  const double d = number(object, key, 0);
+  if (d < 0 || d != std::floor(d)) {
+    throw Error(ErrorKind::kInvalidArgument, std::string("option '") + key + "' must be a whole number of bytes");
+  }
+  return d >= 1.8e19 ? kUnlimitedBudget : static_cast<uint64_t>(d);
+}
+
+std::vector<int32_t> int_array(const val& array) {
+  std::vector<int32_t> out;
+  const int n = array["length"].as<int>();
+  out.reserve(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) out.push_back(array[i].as<int32_t>());
+  return out;
+}
+
+OpenOptions open_options(const val& o) {
+  OpenOptions options;
+  EngineOptions& e = options.engine;
+  e.threads = integer(o, "threads", e.threads);
+  e.loader.memory_budget = byte_count(o, "memoryBudget", e.loader.memory_budget);
+  e.loader.n_buffers = integer(o, "ringBuffers", e.loader.n_buffers);
+  e.loader.read_chunk_bytes = static_cast<size_t>(byte_count(o, "readChunkBytes", e.loader.read_chunk_bytes));
+  e.prefill_chunk = integer(o, "prefillChunk", e.prefill_chunk);
+  e.context_length = integer(o, "contextLength", e.context_length);
+  HttpSourceOptions& h = options.http;
+  h.parallel_requests = integer(o, "parallelRequests", h.parallel_requests);
+  h.max_retries = integer(o, "maxRetries", h.max_retries);
+  h.backoff_ms = number(o, "backoffMs", h.backoff_ms);
+  h.page_bytes = byte_count(o, "cachePageBytes", h.page_bytes);
+  h.allow_whole_file = boolean(o, "allowWholeFile", h.allow_whole_file);
+  options.cache_store_id = integer(o, "cacheStoreId", 0);
+  options.request_timeout_ms = number(o, "requestTimeoutMs", options.request_timeout_ms);
+  return options;
+}
+
+GenerateOptions generate_options(const val& o) {
+  GenerateOptions options;
+  options.max_tokens = integer(o, "maxTokens", options.max_tokens);
+  SamplingOptions& s = options.sampling;
+  s.temperature = static_cast<float>(number(o, "temperature", s.temperature));
+  s.top_k = integer(o, "topK", s.top_k);
+  s.top_p = static_cast<float>(number(o, "topP", s.top_p));
+  s.min_p = static_cast<float>(number(o, "minP", s.min_p));
+  s.repeat_penalty = static_cast<float>(number(o, "repeatPenalty", s.repeat_penalty));
+  s.repeat_last_n = integer(o, "repeatLastN", s.repeat_last_n);
+  if (has(o, "seed")) {
+    const double seed = number(o, "seed", 0);
+    if (seed < 0 || seed != std::floor(seed) || seed > 9007199254740991.0) {
+      throw Error(ErrorKind::kInvalidArgument, "option 'seed' must be a whole number from 0 to 2^53 - 1");
+    }
+    s.seed = static_cast<uint64_t>(seed);
+  }
+  if (has(o, "logitBias")) {
+    // [[token, bias], ...]
+    const val pairs = o["logitBias"];
+    const int n = pairs["length"].as<int>();
+    for (int i = 0; i < n; ++i) {
+      s.logit_bias[pairs[i][0].as<int32_t>()] = pairs[i][1].as<float>();
+    }
+  }
+  if (has(o, "stop")) {
+    const val stop = o["stop"];
+    const int n = stop["length"].as<int>();
+    for (int i = 0; i < n; ++i) options.stop.push_back(stop[i].as<std::string>());
+  }
+  options.add_special = boolean(o, "addSpecial", options.add_special);
+  options.parse_special = boolean(o, "parseSpecial", options.parse_special);
+  return options;
+}
+
+val error_object(const std::string& kind, const std::string& message) {
+  val error = val::object();
+  error.set("kind", kind);
+  error.set("message", message);
+  return error;
+}
+
+// Runs `fn` and wraps its value, or the error it threw, for JavaScript.
+val answer(const std::function<val()>& fn) {
+  val out = val::object();
+  try {
+    out.set("value", fn());
+  } catch (const Error& e) {
+    out.set("error", error_object(error_kind_name(e.kind()), e.what()));
+  } catch (const std::exception& e) {
+    out.set("error", error_object("internal", e.what()));
+  }
+  return out;
+}
+
+val loader_stats_object(const LoaderStats& s) {
+  val o = val::object();
+  o.set("prefetchHits", static_cast<double>(s.prefetch_hits));
+  o.set("prefetchMisses", static_cast<double>(s.prefetch_misses));
+  o.set("residentHits", static_cast<double>(s.resident_hits));
+  o.set("unitsLoaded", static_cast<double>(s.units_loaded));
+  o.set("bytesRead", static_cast<double>(s.bytes_read));
+  o.set("bytesConsumed", static_cast<double>(s.bytes_consumed));
+  o.set("embeddingBytesRead", static_cast<double>(s.embedding_bytes_read));
+  o.set("ioMs", s.io_ms);
+  o.set("prepareMs", s.prepare_ms);
+  o.set("waitMs", s.wait_ms);
+  o.set("computeMs", s.compute_ms);
+  o.set("residentBytes", static_cast<double>(s.resident_bytes));
+  o.set("ringBytes", static_cast<double>(s.ring_bytes));
+  o.set("peakWeightBytes", static_cast<double>(s.peak_weight_bytes));
+  o.set("residentUnits", s.resident_units);
+  o.set("streamedUnits", s.streamed_units);
+  val units = val::array();
+  for (size_t i = 0; i < s.units.size(); ++i) {
+    const UnitCounters& c = s.units[i];
+    val u = val::object();
+    u.set("name", c.name);
+    u.set("loads", static_cast<double>(c.loads));
+    u.set("bytes", static_cast<double>(c.bytes));
+    u.set("ioMs", c.io_ms);
+    u.set("prepareMs", c.prepare_ms);
+    u.set("computeMs", c.compute_ms);
+    u.set("waitMs", c.wait_ms);
+    u.set("resident", c.resident);
+    units.set(i, u);
+  }
+  o.set("units", units);
+  val timeline = val::array();
+  for (size_t i = 0; i < s.timeline.size(); ++i) {
+    const UnitEvent& e = s.timeline[i];
+    val t = val::object();
+    t.set("unit", e.unit);
+    t.set("ioStartMs", e.io_start_ms);
+    t.set("ioEndMs", e.io_end_ms);
+    t.set("prepareEndMs", e.prepare_end_ms);
+    t.set("computeStartMs", e.compute_start_ms);
+    t.set("computeEndMs", e.compute_end_ms);
+    t.set("hit", e.hit);
+    t.set("resident", e.resident);
+    timeline.set(i, t);
+  }
+  o.set("timeline", timeline);
+  return o;
+}
+
+val generation_object(const GenerationStats& s) {
+  val o = val::object();
+  o.set("promptTokens", s.prompt_tokens);
+  o.set("reusedTokens", s.reused_tokens);
+  o.set("generatedTokens", s.generated_tokens);
+  o.set("promptMs", s.prompt_ms);
+  o.set("decodeMs", s.decode_ms);
+  o.set("ttftMs", s.ttft_ms);
+  o.set("promptTokensPerS", s.prompt_tokens_per_s());
+  o.set("decodeTokensPerS", s.decode_tokens_per_s());
+  o.set("stopReason", std::string(stop_reason_name(s.stop_reason)));
+  o.set("prefillBytesRead", static_cast<double>(s.prefill_bytes_read));
+  o.set("decodeBytesRead", static_cast<double>(s.decode_bytes_read));
+  o.set("kvCacheBytes", static_cast<double>(s.kv_cache_bytes));
+  o.set("loader", loader_stats_object(s.loader));
+  return o;
+}
+
+val source_object(const HttpSourceStats& s) {
+  val o = val::object();
+  o.set("requests", static_cast<double>(s.requests));
+  o.set("retries", static_cast<double>(s.retries));
+  o.set("bytesFetched", static_cast<double>(s.bytes_fetched));
+  o.set("bytesFromCache", static_cast<double>(s.bytes_from_cache));
+  o.set("openedFromCache", s.opened_from_cache);
+  o.set("wholeFile", s.whole_file);
+  o.set("caching", s.caching);
+  o.set("cacheError", s.cache_error);
+  return o;
+}
+
+val info_object(const ModelInfo& m) {
+  val o = val::object();
+  o.set("architecture", m.architecture);
+  o.set("name", m.name);
+  o.set("nLayers", m.n_layers);
+  o.set("dim", m.dim);
+  o.set("hiddenDim", m.hidden_dim);
+  o.set("nHeads", m.n_heads);
+  o.set("nKvHeads", m.n_kv_heads);
+  o.set("headDim", m.head_dim);
+  o.set("nVocab", m.n_vocab);
+  o.set("contextLength", m.context_length);
+  o.set("ropeDims", m.rope_dims);
+  o.set("rmsEps", m.rms_eps);
+  o.set("ropeFreqBase", m.rope_freq_base);
+  o.set("ggufVersion", m.gguf_version);
+  o.set("fileBytes", static_cast<double>(m.file_bytes));
+  o.set("weightBytes", static_cast<double>(m.weight_bytes));
+  o.set("tiedOutput", m.tied_output);
+  val types = val::object();
+  for (const auto& [type, count] : m.tensors_by_type) types.set(type, count);
+  o.set("tensorsByType", types);
+  o.set("tokenizer", m.tokenizer);
+  o.set("bos", m.bos);
+  o.set("eos", m.eos);
+  o.set("bosText", m.bos_text);
+  o.set("eosText", m.eos_text);
+  o.set("chatTemplate", m.chat_template);
+  return o;
+}
+
+// ---- Session methods as JavaScript sees them ---------------------------------------
+
+val open_url(Session& s, const std::string& url, const val& options) {
+  return answer([&] {
+    s.open_url(url, open_options(options));
+    return val::undefined();
+  });
+}
+
+val open_bytes(Session& s, int bytes_id, double size, const std::string& name, const val& options) {
+  return answer([&] {
+    s.open_bytes(bytes_id, static_cast<uint64_t>(size), name, open_options(options));
+    return val::undefined();
+  });
+}
+
+val generate(Session& s, const std::string& prompt, const val& options) {
+  return answer([&] {
+    s.generate(prompt, generate_options(options));
+    return val::undefined();
+  });
+}
+
+val generate_tokens(Session& s, const val& tokens, const val& options) {
+  return answer([&] {
+    s.generate_tokens(int_array(tokens), generate_options(options));
+    return val::undefined();
+  });
+}
+
+val take_tokens(Session& s) {
+  val out = val::array();
+  const std::vector<TokenEvent> tokens = s.take_tokens();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    val t = val::object();
+    t.set("token", tokens[i].token);
+    t.set("text", tokens[i].text);
+    out.set(i, t);
+  }
+  return out;
+}
+
+val take_result(Session& s) {
+  const JobResult r = s.take_result();
+  val out = val::object();
+  out.set("ok", r.ok);
+  if (!r.ok) out.set("error", error_object(r.error_kind, r.error_message));
+  if (r.stats) out.set("stats", generation_object(*r.stats));
+  return out;
+}
+
+val info(Session& s) {
+  return answer([&] { return info_object(s.info()); });
+}
+
+val tokenize(Session& s, const std::string& text, bool add_special, bool parse_special) {
+  return answer([&] {
+    const std::vector<int32_t> ids = s.tokenize(text, add_special, parse_special);
+    val array = val::global("Int32Array").new_(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) array.set(i, ids[i]);
+    return array;
+  });
+}
+
+val detokenize(Session& s, const val& tokens) {
+  return answer([&] { return val(s.detokenize(int_array(tokens))); });
+}
+
+val reset(Session& s) {
+  return answer([&] {
+    s.reset();
+    return val::undefined();
+  });
+}
+
+val warm_up(Session& s, double milliseconds) {
+  return answer([&] {
+    s.warm_up(milliseconds);
+    return val::undefined();
+  });
+}
+
+// Cheap enough to call every ~100 ms while a request runs: per stream unit,
+// its name and size, its loads in the running (or last) request, whether it
+// stays resident, and whether that request has used it yet.
+val live_units(Session& s) {
+  const LoaderStats stats = s.live_loader_stats();
+  std::vector<bool> used(stats.units.size(), false);
+  for (const UnitEvent& e : stats.timeline) {
+    if (e.unit >= 0 && static_cast<size_t>(e.unit) < used.size()) used[static_cast<size_t>(e.unit)] = true;
+  }
+  val units = val::array();
+  for (size_t i = 0; i < stats.units.size(); ++i) {
+    const UnitCounters& c = stats.units[i];
+    val u = val::object();
+    u.set("name", c.name);
+    u.set("bytes", static_cast<double>(c.bytes));
+    u.set("loads", static_cast<double>(c.loads));
+    u.set("resident", c.resident);
+    u.set("used", static_cast<bool>(used[i]));
+    units.set(i, u);
+  }
+  return units;
+}
+
+val stats(Session& s) {
+  return answer([&] {
+    val o = val::object();
+    o.set("loader", loader_stats_object(s.loader_stats()));
+    o.set("kvCacheBytes", static_cast<double>(s.kv_cache_bytes()));
+    // Memory only grows, so this is also the peak.
+    o.set("heapBytes", static_cast<double>(emscripten_get_heap_size()));
+    if (const auto source = s.source_stats()) o.set("source", source_object(*source));
+    if (const auto last = s.last_generation()) o.set("lastGeneration", generation_object(*last));
+    return o;
+  });
+}
+
+int cancel(Session& s) { return s.cancel(); }
+void close(Session& s) { s.close(); }
+bool busy(Session& s) { return s.busy(); }
+
+val list_cached_models_js(int store_id) {
+  return answer([&] {
+    const std::shared_ptr<CacheStore> store = make_js_store(store_id);
+    val out = val::array();
+    const std::vector<CachedModel> models = list_cached_models(*store);
+    for (size_t i = 0; i < models.size(); ++i) {
+      val m = val::object();
+      m.set("url", models[i].url);
+      m.set("size", static_cast<double>(models[i].size));
+      m.set("cachedBytes", static_cast<double>(models[i].cached_bytes));
+      m.set("etag", models[i].etag);
+      m.set("lastModified", models[i].last_modified);
+      out.set(i, m);
+    }
+    return out;
+  });
+}
+
+val delete_cached_model_js(int store_id, const std::string& url) {
+  return answer([&] {
+    delete_cached_model(*make_js_store(store_id), url);
+    return val::undefined();
+  });
+}
+
+}  // namespace
+}  // namespace sipllm::wasm
+
+EMSCRIPTEN_BINDINGS(sipllm) {
+  using namespace sipllm::wasm;
+  emscripten::class_<Session>("Session")
+      .constructor<int>()
+      .function("openUrl", &open_url)
+      .function("openBytes", &open_bytes)
+      .function("generate", &generate)
+      .function("generateTokens", &generate_tokens)
+      .function("warmUp", &warm_up)
+      .function("liveUnits", &live_units)
+      .function("takeTokens", &take_tokens)
+      .function("takeResult", &take_result)
+      .function("busy", &busy)
+      .function("cancel", &cancel)
+      .function("info", &info)
+      .function("tokenize", &tokenize)
+      .function("detokenize", &detokenize)
+      .function("reset", &reset)
+      .function("stats", &stats)
+      .function("close", &close);
+  emscripten::function("listCachedModels", &list_cached_models_js);
+  emscripten::function("deleteCachedModel", &delete_cached_model_js);
+  emscripten::constant("threaded", static_cast<bool>(SIPLLM_WASM_THREADS));
+}

@@ -1,0 +1,324 @@
+// The JavaScript half of the engine's I/O (see js_host.h), loaded with
+// --pre-js into every realm the module runs in: the main runtime thread and
+// each pthread's worker.
+//
+// Module.sipllmHost is what the C++ side calls. Range requests of the
+// threaded build are made with fetch() on the main runtime thread, which
+// never computes, and streamed into the heap while the calling thread waits
+// (startRange); the single-thread build blocks its one thread instead
+// (getRange: a synchronous XMLHttpRequest in a browser, a fetcher thread
+// under Node). Stores, byte buffers and events belong to the main runtime
+// thread too: the web package registers them in Module.sipllmRegistry there
+// ({stores, bytes, onEvent}), and the C++ side proxies calls to them.
+Module['sipllmHost'] = (function () {
+  var isNode = typeof process === 'object' && typeof process.versions === 'object' &&
+      typeof process.versions.node === 'string';
+
+  function heapView(pointer, length) {
+    // A fresh view: another thread may have grown the memory since HEAPU8 was made.
+    return new Uint8Array(wasmMemory.buffer, pointer, length);
+  }
+
+  // A string for the C++ side, in memory from _malloc (null for "").
+  function toC(text) {
+    if (!text) return 0;
+    var size = lengthBytesUTF8(text) + 1;
+    var pointer = _malloc(size);
+    stringToUTF8(text, pointer, size);
+    return pointer;
+  }
+
+  function oneLine(text) {
+    return String(text || '').replace(/[\r\n]+/g, ' ');
+  }
+
+  function describeError(error) {
+    if (!error) return 'unknown error';
+    var text = error.message || String(error);
+    var cause = error.cause;
+    if (cause) text += ' (' + (cause.code || cause.message || String(cause)) + ')';
+    return text;
+  }
+
+  function record(r) {
+    return toC(r.status + '\n' + r.bodyBytes + '\n' + oneLine(r.contentRange) + '\n' +
+               oneLine(r.etag) + '\n' + oneLine(r.lastModified) + '\n' + (r.error || ''));
+  }
+
+  // ---- One range GET with fetch(), its body streamed into a sink ------------------
+  //
+  // sink(chunk, at) receives the pieces of a 200 or 206 body that fall within
+  // `length`, in order (`at` is where the piece starts in the body), and
+  // returns false to stop the transfer. Resolves with what the C++ side
+  // reads (see record()). Self-contained (no names from around it), so that
+  // Node's fetcher thread can run the same function from its source.
+  async function fetchRange(url, offset, length, timeoutMs, sink) {
+    function describe(e) {
+      if (!e) return 'unknown error';
+      var text = e.message || String(e);
+      if (e.cause) text += ' (' + (e.cause.code || e.cause.message || String(e.cause)) + ')';
+      return text;
+    }
+    var controller = new AbortController();
+    var timedOut = false;
+    var timer = setTimeout(function () {
+      timedOut = true;
+      controller.abort(new Error('no complete answer within ' + timeoutMs + ' ms'));
+    }, timeoutMs);
+    var out = { status: 0, bodyBytes: 0, contentRange: '', etag: '', lastModified: '', error: '' };
+    try {
+      var response;
+      try {
+        response = await fetch(url, {
+          headers: { Range: 'bytes=' + offset + '-' + (offset + length - 1) },
+          redirect: 'follow',
+          signal: controller.signal,
+        });
+      } catch (e) {
+        // A browser does not say whether the connection failed or CORS refused it.
+        var inNode = typeof process === 'object' && process !== null && typeof process.versions === 'object';
+        out.error = 'request failed: ' + (timedOut ? 'no answer within ' + timeoutMs + ' ms' : describe(e)) +
+                    (inNode ? '' : ' (a network error, or a CORS refusal)');
+        return out;
+      }
+      out.status = response.status;
+      out.contentRange = response.headers.get('content-range') || '';
+      out.etag = response.headers.get('etag') || '';
+      out.lastModified = response.headers.get('last-modified') || '';
+      var declared = response.headers.get('content-length');
+      if ((response.status !== 200 && response.status !== 206) || !response.body) {
+        if (response.body) await response.body.cancel().catch(function () {});
+        return out;
+      }
+      var reader = response.body.getReader();
+      var received = 0;
+      try {
+        for (;;) {
+          var step = await reader.read();
+          if (step.done) break;
+          var chunk = step.value;
+          var n = Math.min(chunk.length, length - received);
+          if (n > 0 && !sink(chunk.subarray(0, n), received)) {
+            await reader.cancel().catch(function () {});
+            out.bodyBytes = received;
+            out.error = 'the request was given up by the thread that made it';
+            return out;
+          }
+          received += chunk.length;
+          if (received > length) {
+            // Longer than asked (a server that ignored Range): stop reading.
+            await reader.cancel().catch(function () {});
+            out.bodyBytes = declared !== null ? Number(declared) : received;
+            return out;
+          }
+        }
+        out.bodyBytes = received;
+      } catch (e) {
+        out.bodyBytes = received;
+        out.error = (timedOut ? 'no complete answer within ' + timeoutMs + ' ms, the transfer stopped'
+                              : 'the connection closed') +
+                    ' after ' + received + ' of ' + (declared !== null ? declared : 'an unknown number of') +
+                    ' body bytes: ' + describe(e);
+      }
+      return out;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  // ---- Threaded build: requests made on the main runtime thread --------------------
+  //
+  // The calling thread (js_host.cpp) allocates a call record: an int32 state,
+  // a uint32 for the answer, then the URL as a C string. It asks this thread to
+  // start the request and waits on the state with Atomics.wait; the body is
+  // copied chunk by chunk straight to its destination in the heap. The state
+  // word hands the destination over safely: a chunk is copied only while the
+  // state is RUNNING (WRITING marks a copy in progress); a caller that gave up
+  // (ABANDONED) owns nothing any more, and the record is freed here.
+  var CALL_RUNNING = 0, CALL_DONE = 1, CALL_WRITING = 3;  // and 2: abandoned by the caller
+
+  function startRange(call, offset, length, dst, timeoutMs) {
+    var state = call >>> 2;
+    var words = function () { return new Int32Array(wasmMemory.buffer); };
+    var url = UTF8ToString(call + 8);
+    var sink = function (chunk, at) {
+      var w = words();
+      if (Atomics.compareExchange(w, state, CALL_RUNNING, CALL_WRITING) !== CALL_RUNNING) return false;
+      heapView(dst + at, chunk.length).set(chunk);
+      Atomics.store(w, state, CALL_RUNNING);
+      return true;
+    };
+    fetchRange(url, offset, length, timeoutMs, sink).catch(function (error) {
+      return { status: 0, bodyBytes: 0, error: 'request failed: ' + describeError(error) };
+    }).then(function (r) {
+      var answer = record(r);
+      new Uint32Array(wasmMemory.buffer)[(call + 4) >>> 2] = answer;
+      var w = words();
+      if (Atomics.compareExchange(w, state, CALL_RUNNING, CALL_DONE) !== CALL_RUNNING) {
+        _free(answer);
+        _free(call);
+        return;
+      }
+      Atomics.notify(w, state);
+    });
+  }
+
+  // ---- Browser, single thread: a synchronous XMLHttpRequest (allowed in workers) -----
+
+  function xhrRange(url, offset, length, dst, timeoutMs) {
+    var xhr = new XMLHttpRequest();
+    try {
+      xhr.open('GET', url, false);
+      xhr.setRequestHeader('Range', 'bytes=' + offset + '-' + (offset + length - 1));
+      xhr.responseType = 'arraybuffer';
+      xhr.timeout = timeoutMs;
+      xhr.send();
+    } catch (error) {
+      // Refused, reset, closed before the end of the body, timed out, or
+      // refused by CORS: the browser does not say which.
+      return { status: 0, bodyBytes: 0, error: 'request failed: ' + describeError(error) +
+               ' (a network error, a connection closed early, a timeout, or a CORS refusal)' };
+    }
+    var body = xhr.response ? new Uint8Array(xhr.response) : new Uint8Array(0);
+    if (xhr.status === 200 || xhr.status === 206) {
+      var n = Math.min(length, body.length);
+      heapView(dst, n).set(body.subarray(0, n));
+    }
+    return {
+      status: xhr.status, bodyBytes: body.length,
+      contentRange: xhr.getResponseHeader('Content-Range'),
+      etag: xhr.getResponseHeader('ETag'),
+      lastModified: xhr.getResponseHeader('Last-Modified'),
+    };
+  }
+
+  // ---- Node, single thread: fetch on a fetcher thread; the caller waits with Atomics.wait
+
+  var FETCHER_SOURCE = [
+    "const { workerData } = require('worker_threads');",
+    "const { signal, port } = workerData;",
+    'const fetchRange = ' + fetchRange.toString() + ';',
+    "port.on('message', async ({ url, offset, length, timeoutMs }) => {",
+    "  const body = new Uint8Array(length);",
+    "  let answer;",
+    "  try {",
+    "    answer = await fetchRange(url, offset, length, timeoutMs, (chunk, at) => { body.set(chunk, at); return true; });",
+    "    if (answer.status === 200 || answer.status === 206) answer.body = body.buffer;",
+    "  } catch (e) {",
+    "    answer = { status: 0, bodyBytes: 0, error: 'request failed: ' + ((e && e.message) || String(e)) };",
+    "  }",
+    "  port.postMessage(answer, answer.body ? [answer.body] : []);",
+    "  Atomics.store(signal, 0, 1);",
+    "  Atomics.notify(signal, 0);",
+    "});",
+  ].join('\n');
+
+  var fetcher = null;  // made on first use
+
+  function startFetcher() {
+    var threads = require('worker_threads');
+    var signal = new Int32Array(new SharedArrayBuffer(4));
+    var channel = new threads.MessageChannel();
+    var worker = new threads.Worker(FETCHER_SOURCE, {
+      eval: true, workerData: { signal: signal, port: channel.port2 }, transferList: [channel.port2],
+    });
+    worker.unref();
+    channel.port1.unref();
+    return { signal: signal, port: channel.port1, receive: threads.receiveMessageOnPort };
+  }
+
+  function nodeRange(url, offset, length, dst, timeoutMs) {
+    if (fetcher === null) fetcher = startFetcher();
+    var h = fetcher;
+    Atomics.store(h.signal, 0, 0);
+    h.port.postMessage({ url: url, offset: offset, length: length, timeoutMs: timeoutMs });
+    var deadline = Date.now() + timeoutMs + 10000;
+    var message;
+    for (;;) {
+      Atomics.wait(h.signal, 0, 0, 1000);
+      message = h.receive(h.port);
+      if (message !== undefined) break;
+      if (Date.now() > deadline) {
+        fetcher = null;  // a fetcher that stopped answering is not used again
+        return { status: 0, bodyBytes: 0, error: 'request failed: the fetcher thread did not answer' };
+      }
+    }
+    var answer = message.message;
+    if (answer.body) {
+      var n = Math.min(length, answer.bodyBytes, answer.body.byteLength);
+      heapView(dst, n).set(new Uint8Array(answer.body, 0, n));
+    }
+    return answer;
+  }
+
+  // ---- Main runtime thread objects -------------------------------------------------------
+
+  function registry() {
+    var r = Module['sipllmRegistry'];
+    if (!r) throw new Error('no registry: the web package sets Module.sipllmRegistry');
+    return r;
+  }
+
+  function store(id) {
+    var s = registry().stores.get(id);
+    if (!s) throw new Error('no cache store ' + id);
+    return s;
+  }
+
+  return {
+    // On the calling thread, blocking: the single-thread build's transport.
+    getRange: function (url, offset, length, dst, timeoutMs) {
+      var r;
+      try {
+        r = isNode ? nodeRange(url, offset, length, dst, timeoutMs) : xhrRange(url, offset, length, dst, timeoutMs);
+      } catch (error) {
+        r = { status: 0, bodyBytes: 0, error: 'request failed: ' + describeError(error) };
+      }
+      return record(r);
+    },
+    // On the main runtime thread: the threaded build's transport.
+    startRange: startRange,
+    storeRead: function (id, name, offset, dst, length) {
+      try {
+        return store(id).read(name, offset, heapView(dst, length)) ? 1 : 0;
+      } catch (error) {
+        return 0;
+      }
+    },
+    storeWrite: function (id, name, offset, src, length) {
+      try {
+        store(id).write(name, offset, heapView(src, length));
+        return 0;
+      } catch (error) {
+        return toC(describeError(error));
+      }
+    },
+    storeList: function (id) {
+      try {
+        return toC(store(id).list().map(function (f) { return f[0] + '\t' + f[1]; }).join('\n'));
+      } catch (error) {
+        return 0;
+      }
+    },
+    storeRemove: function (id, name) {
+      try {
+        store(id).remove(name);
+        return 0;
+      } catch (error) {
+        return toC(describeError(error));
+      }
+    },
+    bytesRead: function (id, offset, dst, length) {
+      var bytes = registry().bytes.get(id);
+      if (!bytes || offset + length > bytes.length) return 0;
+      heapView(dst, length).set(bytes.subarray(offset, offset + length));
+      return 1;
+    },
+    bytesRelease: function (id) {
+      registry().bytes.delete(id);
+    },
+    event: function (sessionId, kind, data) {
+      registry().onEvent(sessionId, kind, data);
+    },
+  };
+})();

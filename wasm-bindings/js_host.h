@@ -1,0 +1,52 @@
+// The engine's I/O in the WebAssembly build, implemented by calling JavaScript
+// (host.js): everything the engine reads or stores goes through one of these.
+//
+//   transport  one blocking range GET. Threaded build: made with fetch() on
+//              the main runtime thread and streamed chunk by chunk into the
+//              heap, while the calling thread sleeps on Atomics.wait, so that
+//              several requests are in flight at once and no response buffer
+//              is left for a busy thread's garbage collector. Single-thread
+//              build: a synchronous XMLHttpRequest in a browser worker, a
+//              fetch on a helper thread (the caller waits with Atomics.wait)
+//              under Node.
+//   store      the cache tier: OPFS files (sync access handles) in a browser,
+//              a directory under Node. The store object lives in the main
+//              runtime thread's JavaScript (OPFS handles cannot be opened
+//              synchronously, so they are opened there beforehand); calls
+//              from other threads are proxied to it and wait for the answer.
+//   bytes      a model the caller handed over as bytes: they stay in a
+//              JavaScript buffer outside the WebAssembly heap and are copied
+//              in unit by unit, like any other source.
+//
+// The main runtime thread never runs engine work (see session.h), so proxied
+// calls are answered at once rather than when the computation next waits.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "sipllm/http_source.h"
+#include "sipllm/weight_source.h"
+
+namespace sipllm::wasm {
+
+// Requests that get no complete answer within timeout_ms fail (and are retried
+// by the HTTP source like any other network error).
+std::shared_ptr<HttpTransport> make_js_transport(double timeout_ms);
+
+// The store registered in JavaScript under `store_id` (see host.js).
+std::shared_ptr<CacheStore> make_js_store(int store_id);
+
+// The buffer registered in JavaScript under `bytes_id`, of `size` bytes.
+std::unique_ptr<WeightSource> make_js_bytes_source(int bytes_id, uint64_t size, std::string name);
+
+// Events for the JavaScript side of session `session_id`, delivered on the
+// main runtime thread: queued when sent from another thread, run at once
+// when sent from it.
+void post_tokens_ready(int session_id);
+void post_job_done(int session_id);
+void post_progress(int session_id, uint64_t loaded, uint64_t fetched, uint64_t from_cache,
+                   uint64_t total, bool header);
+
+}  // namespace sipllm::wasm

@@ -1,0 +1,343 @@
+#include "session.h"
+
+#include <algorithm>
+#include <iterator>
+#include <new>
+#include <utility>
+
+#include "js_host.h"
+#include "sipllm/error.h"
+
+namespace sipllm::wasm {
+namespace {
+
+constexpr uint64_t kMinProgressStep = 64u << 10;
+constexpr uint64_t kProgressEventsPerFile = 200;
+
+// Passes reads through and tells the reporter which bytes arrived.
+class ReportingSource final : public WeightSource {
+ public:
+  ReportingSource(std::unique_ptr<WeightSource> inner, ProgressReporter& progress)
+      : inner_(std::move(inner)), progress_(progress) {}
+
+  uint64_t size() const override { return inner_->size(); }
+  std::string describe() const override { return inner_->describe(); }
+
+  void read(uint64_t offset, void* dst, size_t length) override {
+    inner_->read(offset, dst, length);
+    progress_.covered(offset, length);
+  }
+
+  // Forwarded, not left to the one-by-one default: the inner source may
+  // make these reads side by side.
+  void read_many(const std::vector<ReadRequest>& requests) override {
+    inner_->read_many(requests);
+    for (const ReadRequest& r : requests) progress_.covered(r.offset, r.length);
+  }
+
+  void header_done() override { inner_->header_done(); }
+
+ private:
+  std::unique_ptr<WeightSource> inner_;
+  ProgressReporter& progress_;
+};
+
+// The single-thread build has no threads to give the engine.
+EngineOptions adapt_to_build(EngineOptions options) {
+#if !SIPLLM_WASM_THREADS
+  options.threads = 1;
+  options.loader.mode = LoaderMode::kSync;
+#endif
+  return options;
+}
+
+}  // namespace
+
+// ---- ProgressReporter ----------------------------------------------------------
+
+void ProgressReporter::begin(uint64_t total, bool header) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ranges_.clear();
+  covered_ = sent_covered_ = 0;
+  sent_fetched_ = sent_from_cache_ = 0;
+  sent_header_ = !header;  // the first flush always sends
+  total_ = total;
+  step_ = std::max(kMinProgressStep, total / kProgressEventsPerFile);
+  header_ = header;
+}
+
+void ProgressReporter::set_header(bool header) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  header_ = header;
+}
+
+void ProgressReporter::covered(uint64_t offset, uint64_t length) {
+  if (length == 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint64_t begin = offset;
+  uint64_t end = offset + length;
+  auto it = ranges_.upper_bound(begin);
+  if (it != ranges_.begin() && std::prev(it)->second >= begin) --it;
+  while (it != ranges_.end() && it->first <= end) {
+    begin = std::min(begin, it->first);
+    end = std::max(end, it->second);
+    covered_ -= it->second - it->first;
+    it = ranges_.erase(it);
+  }
+  ranges_.emplace(begin, end);
+  covered_ += end - begin;
+  if (covered_ >= sent_covered_ + step_ || (covered_ == total_ && sent_covered_ != total_)) {
+    send_locked();
+  }
+}
+
+void ProgressReporter::counts(uint64_t fetched, uint64_t from_cache) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  fetched_ = fetched;
+  from_cache_ = from_cache;
+}
+
+void ProgressReporter::flush() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const bool changed = covered_ != sent_covered_ || fetched_ != sent_fetched_ ||
+                       from_cache_ != sent_from_cache_ || header_ != sent_header_;
+  if (total_ > 0 && changed) send_locked();
+}
+
+void ProgressReporter::send_locked() {
+  sent_covered_ = covered_;
+  sent_fetched_ = fetched_;
+  sent_from_cache_ = from_cache_;
+  sent_header_ = header_;
+  post_progress(session_id_, covered_, fetched_, from_cache_, total_, header_);
+}
+
+// ---- JobThread -------------------------------------------------------------------
+
+JobThread::~JobThread() { stop(); }
+
+#if SIPLLM_WASM_THREADS
+
+void JobThread::post(std::function<void()> job) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stopping_) return;
+  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+  jobs_.push_back(std::move(job));
+  changed_.notify_all();
+}
+
+void JobThread::loop() {
+  for (;;) {
+    std::function<void()> job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      if (stopping_) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    job();
+  }
+}
+
+void JobThread::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    jobs_.clear();
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+#else
+
+void JobThread::post(std::function<void()> job) { job(); }
+void JobThread::stop() {}
+
+#endif
+
+// ---- Session -----------------------------------------------------------------------
+
+Session::Session(int id) : id_(id), progress_(id) {}
+
+Session::~Session() { close(); }
+
+void Session::start_job(std::function<void(JobResult&)> work) {
+  bool idle = false;
+  if (!busy_.compare_exchange_strong(idle, true)) {
+    throw Error(ErrorKind::kInvalidArgument, "the model is busy with another request");
+  }
+  jobs_.post([this, work = std::move(work)] {
+    JobResult result;
+    try {
+      work(result);
+    } catch (const Error& e) {
+      result.ok = false;
+      result.error_kind = error_kind_name(e.kind());
+      result.error_message = e.what();
+    } catch (const std::bad_alloc&) {
+      result.ok = false;
+      result.error_kind = error_kind_name(ErrorKind::kOutOfBudget);
+      result.error_message =
+          "out of memory: the WebAssembly heap could not grow (it is limited to 4 GiB); "
+          "set a smaller memoryBudget";
+    } catch (const std::exception& e) {
+      result.ok = false;
+      result.error_kind = "internal";
+      result.error_message = e.what();
+    }
+    progress_.flush();
+    {
+      std::lock_guard<std::mutex> lock(events_mutex_);
+      result_ = std::move(result);
+    }
+    busy_ = false;
+    post_job_done(id_);
+  });
+}
+
+void Session::open_source(std::unique_ptr<WeightSource> source, const EngineOptions& options) {
+  progress_.begin(source->size(), true);
+  auto reporting = std::make_unique<ReportingSource>(std::move(source), progress_);
+  std::unique_ptr<Engine> engine = Engine::open(std::move(reporting), adapt_to_build(options));
+  progress_.set_header(false);
+  std::lock_guard<std::mutex> lock(engine_mutex_);
+  engine_ = std::move(engine);
+}
+
+void Session::open_url(const std::string& url, const OpenOptions& options) {
+  if (engine_ != nullptr) throw Error(ErrorKind::kInvalidArgument, "this session already has a model");
+  start_job([this, url, options](JobResult&) {
+    HttpSourceOptions http = options.http;
+#if !SIPLLM_WASM_THREADS
+    http.parallel_requests = 1;
+#endif
+    if (options.cache_store_id != 0) http.cache = make_js_store(options.cache_store_id);
+    http.on_progress = [this](uint64_t fetched, uint64_t from_cache, uint64_t) {
+      progress_.counts(fetched, from_cache);
+    };
+    std::unique_ptr<HttpSource> source =
+        open_http_source(url, make_js_transport(options.request_timeout_ms), http);
+    HttpSource* raw = source.get();
+    open_source(std::move(source), options.engine);
+    http_source_ = raw;
+  });
+}
+
+void Session::open_bytes(int bytes_id, uint64_t size, const std::string& name,
+                         const OpenOptions& options) {
+  if (engine_ != nullptr) throw Error(ErrorKind::kInvalidArgument, "this session already has a model");
+  start_job([this, bytes_id, size, name, options](JobResult&) {
+    open_source(make_js_bytes_source(bytes_id, size, name), options.engine);
+  });
+}
+
+GenerationStats Session::run_generation(
+    const std::function<GenerationStats(const Engine::TokenCallback&)>& run) {
+  tokens_generated_ = 0;
+  const GenerationStats stats = run([this](const TokenEvent& event) {
+    if (event.token >= 0) ++tokens_generated_;
+    bool post = false;
+    {
+      std::lock_guard<std::mutex> lock(events_mutex_);
+      tokens_.push_back(event);
+      post = !tokens_posted_;
+      tokens_posted_ = true;
+    }
+    if (post) post_tokens_ready(id_);
+    return true;
+  });
+  last_generation_ = stats;
+  return stats;
+}
+
+void Session::generate(const std::string& prompt, const GenerateOptions& options) {
+  idle_engine();
+  start_job([this, prompt, options](JobResult& result) {
+    result.stats = run_generation(
+        [&](const Engine::TokenCallback& on_token) { return engine_->generate(prompt, options, on_token); });
+  });
+}
+
+void Session::generate_tokens(const std::vector<int32_t>& prompt, const GenerateOptions& options) {
+  idle_engine();
+  start_job([this, prompt, options](JobResult& result) {
+    result.stats = run_generation([&](const Engine::TokenCallback& on_token) {
+      return engine_->generate_tokens(prompt, options, on_token);
+    });
+  });
+}
+
+void Session::warm_up(double milliseconds) {
+  idle_engine();
+  start_job([this, milliseconds](JobResult&) { engine_->warm_up(milliseconds); });
+}
+
+std::vector<TokenEvent> Session::take_tokens() {
+  std::lock_guard<std::mutex> lock(events_mutex_);
+  std::vector<TokenEvent> out;
+  out.swap(tokens_);
+  tokens_posted_ = false;
+  return out;
+}
+
+JobResult Session::take_result() {
+  std::lock_guard<std::mutex> lock(events_mutex_);
+  return std::exchange(result_, JobResult{});
+}
+
+int Session::cancel() {
+  std::lock_guard<std::mutex> lock(engine_mutex_);
+  const int generated = tokens_generated_;
+  if (engine_ != nullptr) engine_->cancel();
+  return generated;
+}
+
+const Engine& Session::idle_engine() const {
+  if (busy_) throw Error(ErrorKind::kInvalidArgument, "the model is busy with another request");
+  if (engine_ == nullptr) throw Error(ErrorKind::kInvalidArgument, "no model is open");
+  return *engine_;
+}
+
+Engine& Session::idle_engine() {
+  return const_cast<Engine&>(static_cast<const Session*>(this)->idle_engine());
+}
+
+const ModelInfo& Session::info() const { return idle_engine().info(); }
+
+std::vector<int32_t> Session::tokenize(const std::string& text, bool add_special,
+                                       bool parse_special) const {
+  return idle_engine().tokenize(text, add_special, parse_special);
+}
+
+std::string Session::detokenize(const std::vector<int32_t>& tokens) const {
+  return idle_engine().detokenize(tokens);
+}
+
+void Session::reset() { idle_engine().reset(); }
+
+LoaderStats Session::loader_stats() const { return idle_engine().loader_stats(); }
+
+LoaderStats Session::live_loader_stats() const {
+  std::lock_guard<std::mutex> lock(engine_mutex_);
+  return engine_ != nullptr ? engine_->loader_stats() : LoaderStats{};
+}
+
+size_t Session::kv_cache_bytes() const { return idle_engine().kv_cache_bytes(); }
+
+std::optional<HttpSourceStats> Session::source_stats() const {
+  idle_engine();
+  if (http_source_ == nullptr) return std::nullopt;
+  return http_source_->stats();
+}
+
+void Session::close() {
+  cancel();
+  jobs_.stop();
+  std::lock_guard<std::mutex> lock(engine_mutex_);
+  http_source_ = nullptr;
+  engine_.reset();
+}
+
+}  // namespace sipllm::wasm

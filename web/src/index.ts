@@ -1,0 +1,15 @@
+export { SipLLM } from './sipllm.js';
+export { renderChatTemplate } from './chat.js';
+export {
+  AbortError,
+  ContextFullError,
+  FormatError,
+  InvalidArgumentError,
+  IoError,
+  NetworkError,
+  OutOfBudgetError,
+  SipLLMError,
+  UnsupportedError,
+} from './errors.js';
+export type { ErrorKind } from './errors.js';
+export type * from './types.js';

@@ -1,0 +1,72 @@
+// Messages between the page (or Node's main thread) and the engine worker.
+// Every request carries an id; the worker answers it with one 'result' or
+// 'error', after any number of 'progress' and 'tokens' events for that id.
+
+import type { Build, GenerationStats, LoadProgress, ModelInfo, Stats } from './types.js';
+
+// Where the worker's cache store lives.
+export type CacheLocation =
+  | { kind: 'opfs'; directory: string }
+  | { kind: 'directory'; directory: string };
+
+export interface InitRequest {
+  type: 'init';
+  id: number;
+  build: Build;
+  wasmBaseUrl: string;
+  poolSize: number;
+  // Shared with the page when SharedArrayBuffer is usable: the page writes the
+  // id of a request to cancel into element 0, so that a worker busy in a
+  // single-thread generation sees it between tokens.
+  cancelFlag: Int32Array | null;
+}
+
+export interface LoadRequest {
+  type: 'load';
+  id: number;
+  url?: string;
+  bytes?: Uint8Array;
+  name: string;
+  cache: CacheLocation | null;
+  options: Record<string, unknown>;  // the engine and HTTP options of LoadOptions
+  threads: number;
+  memoryBudget: number | null;
+  warmUpMs: number;  // 0: none
+}
+
+export interface GenerateRequest {
+  type: 'generate';
+  id: number;
+  prompt?: string;
+  tokens?: number[];
+  options: Record<string, unknown>;  // GenerateOptions without the signal, logitBias as pairs
+}
+
+export type Request =
+  | InitRequest
+  | LoadRequest
+  | GenerateRequest
+  | { type: 'cancel'; id: number; target: number }
+  | { type: 'tokenize'; id: number; text: string; addSpecial: boolean; parseSpecial: boolean }
+  | { type: 'detokenize'; id: number; tokens: number[] }
+  | { type: 'reset'; id: number }
+  | { type: 'stats'; id: number }
+  | { type: 'unload'; id: number }
+  | { type: 'listCache'; id: number; cache: CacheLocation }
+  | { type: 'deleteCache'; id: number; cache: CacheLocation; url: string };
+
+export interface LoadResult {
+  info: ModelInfo;
+  stats: Stats;
+}
+
+export interface GenerateResult {
+  generation: GenerationStats;
+  stats: Stats;
+}
+
+export type Reply =
+  | { type: 'result'; id: number; value: unknown }
+  | { type: 'error'; id: number; kind: string; message: string }
+  | { type: 'progress'; id: number; progress: LoadProgress }
+  | { type: 'tokens'; id: number; pieces: string[] };

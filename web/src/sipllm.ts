@@ -1,0 +1,451 @@
+// SipLLM: a model running in its own worker, streamed from a URL (or given
+// as bytes).
+//
+//   const llm = await SipLLM.load(url, { memoryBudget, cache: true, onProgress });
+//   for await (const piece of llm.generate('Once upon a time', { maxTokens: 64 })) ...
+//   for await (const piece of llm.chat([{ role: 'user', content: 'Hi' }])) ...
+//   llm.stats(); await llm.unload();
+
+import { renderChatTemplate } from './chat.js';
+import { canShareMemory, isNode, nodeImport } from './env.js';
+import { AbortError, InvalidArgumentError, SipLLMError, UnsupportedError } from './errors.js';
+import type { CacheLocation, GenerateResult, LoadResult } from './protocol.js';
+import type {
+  Build,
+  CacheOptions,
+  CachedModel,
+  ChatMessage,
+  ChatOptions,
+  GenerateOptions,
+  GenerationStats,
+  LoadOptions,
+  LoadProgress,
+  ModelInfo,
+  Stats,
+} from './types.js';
+import { WorkerHandle } from './worker-handle.js';
+
+const DEFAULT_PARALLEL_REQUESTS = 4;
+// Time enough for Chromium to replace its first-run code of the hot kernels
+// with optimised code; the threaded build spends it while the first blocks
+// download (see LoadOptions.warmUpMs).
+const DEFAULT_WARM_UP_MS = 500;
+const ENGINE_OPTION_KEYS = [
+  'memoryBudget', 'contextLength', 'ringBuffers', 'prefillChunk', 'parallelRequests', 'maxRetries',
+  'backoffMs', 'requestTimeoutMs', 'allowWholeFile', 'cachePageBytes',
+] as const;
+
+type Source = { url: string } | { bytes: Uint8Array; name: string };
+
+// Everything needed to start (or restart) the worker and load the model.
+interface Plan {
+  build: Build;
+  threads: number;
+  poolSize: number;
+  wasmBaseUrl: string;
+  cache: CacheLocation | null;
+  engineOptions: Record<string, unknown>;
+  memoryBudget: number | null;
+  warmUpMs: number;
+  onProgress?: (event: LoadProgress) => void;
+}
+
+function defaultWasmBaseUrl(): string {
+  return new URL(/* @vite-ignore */ '../wasm/', import.meta.url).href;
+}
+
+// The worker resolves URLs against its own script, not the page: make a
+// relative base ("/assets/wasm/") absolute here, against the page.
+function resolveWasmBaseUrl(given: string | URL | undefined): string {
+  if (given === undefined) return defaultWasmBaseUrl();
+  const base = typeof location !== 'undefined' ? location.href : import.meta.url;
+  return new URL(String(given), base).href;
+}
+
+function chooseBuild(requested: LoadOptions['build']): Build {
+  const threaded = canShareMemory();
+  if (requested === 'threaded') {
+    if (!threaded) {
+      throw new UnsupportedError('the threaded build needs SharedArrayBuffer: serve the page with ' +
+                                 'Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp');
+    }
+    return 'threaded';
+  }
+  if (requested === 'single') return 'single';
+  return threaded ? 'threaded' : 'single';
+}
+
+async function defaultThreads(): Promise<number> {
+  if (isNode) {
+    const os = await nodeImport<typeof import('node:os')>('node:os');
+    return os.availableParallelism();
+  }
+  return (globalThis as { navigator?: { hardwareConcurrency?: number } }).navigator?.hardwareConcurrency ?? 4;
+}
+
+async function cacheLocation(cache: LoadOptions['cache']): Promise<CacheLocation | null> {
+  if (cache === undefined || cache === false) return null;
+  if (!isNode) return { kind: 'opfs', directory: typeof cache === 'string' ? cache : 'sipllm-cache' };
+  const path = await nodeImport<typeof import('node:path')>('node:path');
+  if (typeof cache === 'string') return { kind: 'directory', directory: path.resolve(cache) };
+  // The native CLI's default too, so that both share one cache.
+  const os = await nodeImport<typeof import('node:os')>('node:os');
+  const xdg = process.env.XDG_CACHE_HOME;
+  const directory = process.env.SIPLLM_CACHE_DIR ?? path.join(xdg ? xdg : path.join(os.homedir(), '.cache'), 'sipllm');
+  return { kind: 'directory', directory };
+}
+
+function resolveUrl(source: string | URL): string {
+  const base = (globalThis as { location?: { href: string } }).location?.href;
+  let url: URL;
+  try {
+    url = new URL(String(source), base);
+  } catch {
+    throw new InvalidArgumentError(`'${String(source)}' is not a URL${isNode ? ' (under Node it must be absolute)' : ''}`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new InvalidArgumentError(`${url.href}: only http and https URLs can be streamed (give other models as bytes)`);
+  }
+  return url.href;
+}
+
+function checkNumber(options: Record<string, unknown>, key: string): void {
+  const value = options[key];
+  if (value !== undefined && (typeof value !== 'number' || Number.isNaN(value) || value < 0)) {
+    throw new InvalidArgumentError(`option '${key}' must be a number >= 0`);
+  }
+}
+
+function abortError(signal: AbortSignal | undefined, what: string): AbortError {
+  const reason = signal?.reason instanceof Error ? `: ${signal.reason.message}` : '';
+  return new AbortError(`${what} was aborted${reason}`);
+}
+
+// Pieces from the worker, pulled by the async iterator.
+class PieceQueue {
+  private readonly pieces: string[] = [];
+  private ended = false;
+  private error: Error | null = null;
+  private wake: (() => void) | null = null;
+
+  push(pieces: string[]): void {
+    this.pieces.push(...pieces);
+    this.notify();
+  }
+
+  end(error: Error | null = null): void {
+    this.ended = true;
+    this.error = error;
+    this.notify();
+  }
+
+  // The next piece; null at the end; throws the error that ended it.
+  async next(): Promise<string | null> {
+    for (;;) {
+      if (this.pieces.length > 0) return this.pieces.shift() as string;
+      if (this.ended) {
+        if (this.error !== null) throw this.error;
+        return null;
+      }
+      await new Promise<void>((resolve) => {
+        this.wake = resolve;
+      });
+    }
+  }
+
+  private notify(): void {
+    const wake = this.wake;
+    this.wake = null;
+    wake?.();
+  }
+}
+
+export class SipLLM {
+  private snapshot: Stats;
+  private queue: Promise<void> = Promise.resolve();
+  private unloaded = false;
+  // A single-thread worker on a page without SharedArrayBuffer cannot hear a
+  // cancel while it generates: it is stopped instead, and started again (the
+  // model reloads, from the cache when there is one) on the next request.
+  private restartNeeded = false;
+
+  private constructor(
+    private handle: WorkerHandle,
+    readonly info: ModelInfo,
+    stats: Stats,
+    private readonly restartSource: Source | null,
+    private readonly plan: Plan,
+    private readonly cancelFlag: Int32Array | null,
+  ) {
+    this.snapshot = stats;
+  }
+
+  static async load(source: string | URL | ArrayBuffer | ArrayBufferView, options: LoadOptions = {}): Promise<SipLLM> {
+    if (options.signal?.aborted) throw abortError(options.signal, 'loading');
+    for (const key of ['threads', 'memoryBudget', 'parallelRequests', 'requestTimeoutMs', 'warmUpMs']) {
+      checkNumber(options as Record<string, unknown>, key);
+    }
+    const build = chooseBuild(options.build);
+    const threads = build === 'single' ? 1 : Math.max(1, Math.floor(options.threads ?? (await defaultThreads())));
+    const parallelRequests = build === 'single' ? 1 : options.parallelRequests ?? DEFAULT_PARALLEL_REQUESTS;
+    const engineOptions: Record<string, unknown> = {};
+    for (const key of ENGINE_OPTION_KEYS) {
+      if (options[key] !== undefined) engineOptions[key] = options[key];
+    }
+    engineOptions.parallelRequests = parallelRequests;
+    const plan: Plan = {
+      build,
+      threads,
+      // The job thread, the compute threads but the calling one, the
+      // prefetch thread, the request threads but the calling one, one spare.
+      poolSize: threads + parallelRequests + 1,
+      wasmBaseUrl: resolveWasmBaseUrl(options.wasmBaseUrl),
+      cache: await cacheLocation(options.cache),
+      engineOptions,
+      memoryBudget: options.memoryBudget ?? null,
+      warmUpMs: options.warmUpMs ?? (build === 'threaded' ? DEFAULT_WARM_UP_MS : 0),
+      onProgress: options.onProgress,
+    };
+    let src: Source;
+    if (typeof source === 'string' || source instanceof URL) {
+      src = { url: resolveUrl(source) };
+    } else {
+      const bytes = ArrayBuffer.isView(source)
+        ? new Uint8Array(source.buffer, source.byteOffset, source.byteLength)
+        : new Uint8Array(source);
+      src = { bytes, name: options.name ?? 'model bytes' };
+    }
+    const cancelFlag = canShareMemory() ? new Int32Array(new SharedArrayBuffer(4)) : null;
+    const { handle, result } = await SipLLM.start(plan, src, cancelFlag, options.signal);
+    // Bytes are kept only where a restart may need them.
+    const restartable = !('bytes' in src) || (build === 'single' && cancelFlag === null);
+    return new SipLLM(handle, result.info, result.stats, restartable ? src : null, plan, cancelFlag);
+  }
+
+  private static async start(plan: Plan, source: Source, cancelFlag: Int32Array | null,
+                             signal?: AbortSignal): Promise<{ handle: WorkerHandle; result: LoadResult }> {
+    const handle = await WorkerHandle.start();
+    const onAbort = () => void handle.terminate();
+    signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      await handle.request({ type: 'init', build: plan.build, wasmBaseUrl: plan.wasmBaseUrl, poolSize: plan.poolSize, cancelFlag });
+      const { id, reply } = handle.send<LoadResult>({
+        type: 'load',
+        ...('url' in source ? { url: source.url } : { bytes: source.bytes }),
+        name: 'url' in source ? source.url : source.name,
+        cache: plan.cache,
+        options: plan.engineOptions,
+        threads: plan.threads,
+        memoryBudget: plan.memoryBudget,
+        warmUpMs: plan.warmUpMs,
+      });
+      if (plan.onProgress !== undefined) handle.listen(id, plan.onProgress);
+      return { handle, result: await reply };
+    } catch (error) {
+      await handle.terminate();
+      if (signal?.aborted) throw abortError(signal, 'loading');
+      throw error;
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  // ---- Generation ------------------------------------------------------------------
+
+  // Streams the text of the generated tokens. The iterator's return value is
+  // the request's statistics. Aborting through options.signal (or leaving
+  // the loop early) stops the engine within one token; an aborted signal
+  // makes the iterator throw AbortError.
+  async *generate(prompt: string | number[], options: GenerateOptions = {}): AsyncGenerator<string, GenerationStats> {
+    const release = await this.acquire();
+    try {
+      return yield* this.stream(prompt, options);
+    } finally {
+      release();
+    }
+  }
+
+  // Renders the model's chat template (tokenizer.chat_template) with the
+  // messages and streams the reply. A model without a template makes this
+  // throw UnsupportedError, unless options.fallbackTemplate gives one.
+  async *chat(messages: ChatMessage[], options: ChatOptions = {}): AsyncGenerator<string, GenerationStats> {
+    const { addGenerationPrompt, fallbackTemplate, templateVariables, ...generateOptions } = options;
+    const template = this.info.chatTemplate || fallbackTemplate;
+    if (!template) {
+      throw new UnsupportedError('this model has no chat template (tokenizer.chat_template is absent): ' +
+                                 'use generate() with a plain prompt, or pass a fallbackTemplate');
+    }
+    const prompt = renderChatTemplate(template, messages, {
+      bosToken: this.info.bosText,
+      eosToken: this.info.eosText,
+      addGenerationPrompt: addGenerationPrompt ?? true,
+      variables: templateVariables,
+    });
+    // The template writes the special tokens itself.
+    return yield* this.generate(prompt, { addSpecial: false, ...generateOptions });
+  }
+
+  private async *stream(prompt: string | number[], options: GenerateOptions): AsyncGenerator<string, GenerationStats> {
+    const { signal, logitBias, ...rest } = options;
+    if (signal?.aborted) throw abortError(signal, 'generation');
+    const handle = await this.liveHandle();
+    const request: Record<string, unknown> = { ...rest };
+    if (logitBias !== undefined) {
+      const entries = logitBias instanceof Map ? [...logitBias] : Object.entries(logitBias);
+      request.logitBias = entries.map(([token, bias]) => [Number(token), bias]);
+    }
+    const pieces = new PieceQueue();
+    const { id, reply } = handle.send<GenerateResult>(
+      typeof prompt === 'string'
+        ? { type: 'generate', prompt, options: request }
+        : { type: 'generate', tokens: prompt, options: request },
+      { onTokens: (p) => pieces.push(p) });
+    reply.then((result) => {
+      this.snapshot = result.stats;
+      pieces.end();
+    }, (error: Error) => pieces.end(error));
+
+    const onAbort = () => this.cancel(handle, id);
+    signal?.addEventListener('abort', onAbort, { once: true });
+    let consumed = false;
+    try {
+      for (;;) {
+        let piece: string | null;
+        try {
+          piece = await pieces.next();
+        } catch (error) {
+          if (signal?.aborted) break;
+          throw error;
+        }
+        if (piece === null || signal?.aborted) break;
+        yield piece;
+      }
+      consumed = true;
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+      // Left early (break, return, throw): stop the engine, wait until it has.
+      if (!consumed && !signal?.aborted) this.cancel(handle, id);
+      await reply.catch(() => undefined);
+    }
+    if (signal?.aborted) throw abortError(signal, 'generation');
+    return (await reply).generation;
+  }
+
+  private cancel(handle: WorkerHandle, id: number): void {
+    if (this.cancelFlag !== null) Atomics.store(this.cancelFlag, 0, id);
+    if (this.plan.build === 'threaded' || this.cancelFlag !== null) {
+      handle.post({ type: 'cancel', target: id });
+      return;
+    }
+    this.restartNeeded = true;
+    // The stopped request's figures are lost with its worker.
+    this.snapshot = { ...this.snapshot, lastGeneration: null };
+    void handle.terminate();
+  }
+
+  // ---- Other requests --------------------------------------------------------------
+
+  async tokenize(text: string, options: { addSpecial?: boolean; parseSpecial?: boolean } = {}): Promise<number[]> {
+    return this.exclusive((handle) => handle.request<number[]>({
+      type: 'tokenize', text, addSpecial: options.addSpecial ?? true, parseSpecial: options.parseSpecial ?? true,
+    }));
+  }
+
+  async detokenize(tokens: number[]): Promise<string> {
+    return this.exclusive((handle) => handle.request<string>({ type: 'detokenize', tokens }));
+  }
+
+  // Forgets the conversation (the KV cache); the model stays loaded.
+  async reset(): Promise<void> {
+    this.snapshot = await this.exclusive((handle) => handle.request<Stats>({ type: 'reset' }));
+  }
+
+  // Figures as of the last request: cheap, and available while one runs.
+  stats(): Stats {
+    return this.snapshot;
+  }
+
+  get build(): Build {
+    return this.plan.build;
+  }
+
+  // Frees the model and stops its worker.
+  async unload(): Promise<void> {
+    if (this.unloaded) return;
+    this.unloaded = true;
+    const release = await this.acquire(true);
+    try {
+      if (this.handle.alive) await this.handle.request({ type: 'unload' }).catch(() => undefined);
+      await this.handle.terminate();
+    } finally {
+      release();
+    }
+  }
+
+  // A promise that settles when the worker has exited (after unload()).
+  get workerExited(): Promise<void> {
+    return this.handle.exited;
+  }
+
+  // ---- The cache tier ------------------------------------------------------------------
+
+  // Models in the cache, with their sizes and how much of each is stored.
+  static async cachedModels(options: CacheOptions = {}): Promise<CachedModel[]> {
+    return SipLLM.withCacheWorker(options, (handle, cache) => handle.request<CachedModel[]>({ type: 'listCache', cache }));
+  }
+
+  static async deleteCachedModel(url: string | URL, options: CacheOptions = {}): Promise<void> {
+    const href = resolveUrl(url);
+    await SipLLM.withCacheWorker(options, (handle, cache) => handle.request({ type: 'deleteCache', cache, url: href }));
+  }
+
+  private static async withCacheWorker<T>(options: CacheOptions,
+                                          use: (handle: WorkerHandle, cache: CacheLocation) => Promise<T>): Promise<T> {
+    const cache = await cacheLocation(options.cache ?? true);
+    const handle = await WorkerHandle.start();
+    try {
+      const wasmBaseUrl = resolveWasmBaseUrl(options.wasmBaseUrl);
+      await handle.request({ type: 'init', build: 'single', wasmBaseUrl, poolSize: 0, cancelFlag: null });
+      return await use(handle, cache as CacheLocation);
+    } finally {
+      await handle.terminate();
+    }
+  }
+
+  // ---- Plumbing --------------------------------------------------------------------------
+
+  // One request at a time, in call order.
+  private acquire(evenIfUnloaded = false): Promise<() => void> {
+    if (this.unloaded && !evenIfUnloaded) {
+      return Promise.reject(new InvalidArgumentError('the model was unloaded'));
+    }
+    let release!: () => void;
+    const turn = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const previous = this.queue;
+    this.queue = previous.then(() => turn);
+    return previous.then(() => release);
+  }
+
+  private async exclusive<T>(run: (handle: WorkerHandle) => Promise<T>): Promise<T> {
+    const release = await this.acquire();
+    try {
+      return await run(await this.liveHandle());
+    } finally {
+      release();
+    }
+  }
+
+  private async liveHandle(): Promise<WorkerHandle> {
+    if (!this.restartNeeded && this.handle.alive) return this.handle;
+    if (!this.restartNeeded || this.restartSource === null) {
+      throw new SipLLMError('internal', 'the engine worker stopped; load the model again');
+    }
+    const { handle, result } = await SipLLM.start({ ...this.plan, onProgress: undefined }, this.restartSource, this.cancelFlag);
+    this.handle = handle;
+    this.snapshot = result.stats;
+    this.restartNeeded = false;
+    return handle;
+  }
+}

@@ -1,0 +1,231 @@
+// The public option, event and statistics types of the package.
+
+export type Build = 'threaded' | 'single';
+
+export interface LoadOptions {
+  // Compute threads (threaded build only). Default: the machine's cores.
+  threads?: number;
+  // Bytes of weights kept in memory, prefetch ring included; units beyond it
+  // stream from the source (or the cache) on every token. Default: unlimited.
+  memoryBudget?: number;
+  // Keep fetched bytes: true uses the default place (the OPFS directory
+  // "sipllm-cache" in a browser; under Node $SIPLLM_CACHE_DIR, else
+  // $XDG_CACHE_HOME/sipllm, else ~/.cache/sipllm, as the native CLI), a
+  // string names the OPFS directory or the filesystem directory.
+  // Default: false. A cache that cannot be opened or written is skipped.
+  cache?: boolean | string;
+  // Bytes as they arrive, see LoadProgress. Keeps being called after load()
+  // resolves: weights arrive while the first requests run.
+  onProgress?: (event: LoadProgress) => void;
+  // Abandons the load (the worker is stopped).
+  signal?: AbortSignal;
+  // Which WebAssembly build: 'auto' picks 'threaded' when SharedArrayBuffer
+  // is usable (a cross-origin isolated page, or Node) and 'single' otherwise.
+  build?: 'auto' | Build;
+  // Where sipllm-*.js/.wasm are served from. Default: the package's wasm/.
+  wasmBaseUrl?: string | URL;
+  contextLength?: number;      // tokens; default: the model's own
+  ringBuffers?: number;        // prefetch ring size; default 2
+  prefillChunk?: number;       // prompt positions per block load; default 512
+  parallelRequests?: number;   // range requests in flight for one read; default 4 (1 in the single build)
+  maxRetries?: number;         // per request, on network errors, short bodies and 5xx; default 4
+  backoffMs?: number;          // first retry delay, doubling; default 100
+  requestTimeoutMs?: number;   // per request; default 60000
+  allowWholeFile?: boolean;    // accept a server that ignores Range by downloading the whole file; default false
+  cachePageBytes?: number;     // cache page size for new entries; default 1 MiB
+  // Milliseconds the engine spends, right after opening, running its kernels
+  // on synthetic data while the first weights download, so that the first
+  // request runs on optimised code rather than the browser's first-run
+  // WebAssembly code. load() does not wait for it; the first request does.
+  // Default: 500 in the threaded build, 0 (none) in the single-thread build.
+  warmUpMs?: number;
+  name?: string;               // a name for a model given as bytes, for messages
+}
+
+export interface LoadProgress {
+  // header: the GGUF header is being read; weights: bytes arriving from the
+  // network (or memory); cached: bytes read from the cache; ready: every block
+  // has arrived once (loaded === total).
+  phase: 'header' | 'weights' | 'cached' | 'ready';
+  loaded: number;     // distinct bytes of the file delivered to the engine so far
+  total: number;      // the file's size
+  fetched: number;    // bytes from the network (a byte fetched twice counts twice)
+  fromCache: number;  // bytes read from the cache
+  // Every stream unit, in the order a forward pass uses them (empty while
+  // the header is read). Updated while a request runs, about every 100 ms.
+  units: UnitProgress[];
+}
+
+// Where a stream unit stands:
+//   waiting    it has not arrived yet
+//   streaming  its bytes are arriving now (the loader fetches units in the
+//              order the forward pass needs them: this is the first one
+//              missing, while bytes are moving)
+//   resident   it has arrived and stays in memory
+//   streamed   it has arrived, but the memory budget cannot keep it: it is
+//              read again (from the cache, or the network) for every token
+export type UnitState = 'waiting' | 'streaming' | 'resident' | 'streamed';
+
+export interface UnitProgress {
+  name: string;     // "block 3", "output head 2/6"
+  bytes: number;    // bytes one load of it reads
+  state: UnitState;
+  cached: boolean;  // it has arrived and the persistent cache keeps its bytes
+}
+
+export interface GenerateOptions {
+  maxTokens?: number;      // default 256
+  temperature?: number;    // <= 0: greedy; default 0.8
+  topK?: number;           // <= 0: all; default 40
+  topP?: number;           // >= 1: off; default 0.95
+  minP?: number;           // <= 0: off; default 0.05
+  repeatPenalty?: number;  // default 1 (off)
+  repeatLastN?: number;    // default 64
+  seed?: number;           // default: random
+  stop?: string[];         // generation ends before any of these
+  logitBias?: Record<number, number> | Map<number, number>;  // -Infinity bans a token
+  addSpecial?: boolean;    // BOS/EOS as the model asks; default true (false for chat)
+  parseSpecial?: boolean;  // "<|im_start|>" in the prompt is a token; default true
+  signal?: AbortSignal;
+}
+
+export interface ChatMessage {
+  role: string;  // 'system' | 'user' | 'assistant' | ...
+  content: string;
+}
+
+export interface ChatOptions extends GenerateOptions {
+  addGenerationPrompt?: boolean;  // default true
+  // Used when the model has none (otherwise chat() throws UnsupportedError).
+  fallbackTemplate?: string;
+  // More variables for the template (tools, date_string, ...).
+  templateVariables?: Record<string, unknown>;
+}
+
+export interface ModelInfo {
+  architecture: string;
+  name: string;
+  nLayers: number;
+  dim: number;
+  hiddenDim: number;
+  nHeads: number;
+  nKvHeads: number;
+  headDim: number;
+  nVocab: number;
+  contextLength: number;
+  ropeDims: number;
+  rmsEps: number;
+  ropeFreqBase: number;
+  ggufVersion: number;
+  fileBytes: number;
+  weightBytes: number;
+  tiedOutput: boolean;
+  tensorsByType: Record<string, number>;
+  tokenizer: string;
+  bos: number;
+  eos: number;
+  bosText: string;
+  eosText: string;
+  chatTemplate: string;  // '' when the model has none
+}
+
+export interface UnitCounters {
+  name: string;
+  loads: number;
+  bytes: number;
+  ioMs: number;
+  prepareMs: number;
+  computeMs: number;
+  waitMs: number;
+  resident: boolean;
+}
+
+// One load of one unit (block or output-head piece) and its use; times in ms
+// since the loader started, 0 where a phase did not happen.
+export interface UnitEvent {
+  unit: number;
+  ioStartMs: number;
+  ioEndMs: number;
+  prepareEndMs: number;
+  computeStartMs: number;
+  computeEndMs: number;
+  hit: boolean;       // ready when asked for
+  resident: boolean;  // served from resident memory
+}
+
+export interface LoaderStats {
+  prefetchHits: number;
+  prefetchMisses: number;
+  residentHits: number;
+  unitsLoaded: number;
+  bytesRead: number;
+  bytesConsumed: number;
+  embeddingBytesRead: number;
+  ioMs: number;
+  prepareMs: number;
+  waitMs: number;
+  computeMs: number;
+  residentBytes: number;
+  ringBytes: number;
+  peakWeightBytes: number;
+  residentUnits: number;
+  streamedUnits: number;
+  units: UnitCounters[];
+  timeline: UnitEvent[];
+}
+
+export interface GenerationStats {
+  promptTokens: number;
+  reusedTokens: number;
+  generatedTokens: number;
+  promptMs: number;
+  decodeMs: number;
+  ttftMs: number;
+  promptTokensPerS: number;
+  decodeTokensPerS: number;
+  stopReason: string;  // 'end of text' | 'max tokens' | 'stop string' | 'cancelled' | ...
+  prefillBytesRead: number;
+  decodeBytesRead: number;
+  kvCacheBytes: number;
+  loader: LoaderStats;
+  // When the request was cancelled: tokens it had produced when the engine
+  // was told (generatedTokens - tokensAtCancel is at most 1).
+  tokensAtCancel?: number;
+}
+
+export interface SourceStats {
+  requests: number;
+  retries: number;
+  bytesFetched: number;
+  bytesFromCache: number;
+  openedFromCache: boolean;
+  wholeFile: boolean;
+  caching: boolean;
+  cacheError: string;
+}
+
+export interface Stats {
+  build: Build;
+  threads: number;
+  crossOriginIsolated: boolean;
+  memoryBudget: number | null;  // null: unlimited
+  heapBytes: number;            // the WebAssembly heap (it only grows: also the peak)
+  kvCacheBytes: number;
+  loader: LoaderStats;          // the last request's loader counters and timeline
+  source: SourceStats | null;   // null for a model given as bytes
+  cache: { enabled: boolean; error: string };
+  lastGeneration: GenerationStats | null;
+}
+
+export interface CachedModel {
+  url: string;
+  size: number;         // the file's size
+  cachedBytes: number;  // how much of it is stored
+  etag: string;
+  lastModified: string;
+}
+
+export interface CacheOptions {
+  cache?: true | string;  // as LoadOptions.cache
+  wasmBaseUrl?: string | URL;
+}

@@ -1,0 +1,411 @@
+// The engine worker: one WebAssembly module and at most one open model, run
+// off the page's thread (a Web Worker in a browser, a worker thread under
+// Node). Requests are handled one at a time, in order; only 'cancel' is
+// handled at once. See protocol.ts for the messages.
+
+import { isNode, nodeImport } from './env.js';
+import { loadEngineModule } from './module-loader.js';
+import type { Answer, EngineModule, EngineSession, LiveUnit, Registry } from './module-loader.js';
+import type { CacheLocation, GenerateRequest, LoadRequest, Reply, Request } from './protocol.js';
+import { DirectoryStore, OpfsStore } from './stores.js';
+import type { SyncStore } from './stores.js';
+import type { Build, GenerationStats, LoadProgress, Stats, UnitProgress, UnitState } from './types.js';
+
+const MODEL_STORE_ID = 1;
+const QUERY_STORE_ID = 2;
+const MODEL_BYTES_ID = 1;
+// How often the units' states are looked at while a job runs.
+const UNIT_POLL_MS = 100;
+// Bytes arrived this recently: the loader is fetching.
+const BYTES_MOVING_MS = 1000;
+
+class Failure extends Error {
+  constructor(readonly kind: string, message: string) {
+    super(message);
+  }
+}
+
+function fail(error: { kind: string; message: string } | undefined): Failure {
+  return new Failure(error?.kind ?? 'internal', error?.message ?? 'unknown error');
+}
+
+function unwrap<T>(answer: Answer<T>): T {
+  if (answer.error) throw fail(answer.error);
+  return answer.value as T;
+}
+
+interface JobOutcome {
+  ok: boolean;
+  error?: { kind: string; message: string };
+  stats?: unknown;
+}
+
+interface Endpoint {
+  post(reply: Reply, transfer?: Transferable[]): void;
+  listen(handler: (request: Request) => void): void;
+}
+
+async function connect(): Promise<Endpoint> {
+  if (isNode) {
+    const { parentPort } = await nodeImport<typeof import('node:worker_threads')>('node:worker_threads');
+    if (parentPort === null) throw new Error('the engine worker must run in a worker thread');
+    return {
+      post: (reply) => parentPort.postMessage(reply),
+      listen: (handler) => parentPort.on('message', handler),
+    };
+  }
+  const scope = globalThis as unknown as {
+    postMessage(message: unknown): void;
+    onmessage: ((event: { data: Request }) => void) | null;
+  };
+  return {
+    post: (reply) => scope.postMessage(reply),
+    listen: (handler) => {
+      scope.onmessage = (event) => handler(event.data);
+    },
+  };
+}
+
+class EngineWorker {
+  private module: EngineModule | null = null;
+  private build: Build = 'single';
+  private cancelFlag: Int32Array | null = null;
+  private readonly registry: Registry;
+
+  private session: EngineSession | null = null;
+  private sessionId = 0;
+  private loadId = 0;          // progress events belong to the load request
+  private threads = 1;
+  private memoryBudget: number | null = null;
+  private store: SyncStore | null = null;
+  private cacheError = '';
+
+  private job: { id: number; resolve: (outcome: JobOutcome) => void } | null = null;
+  private warming: Promise<void> | null = null;  // the warm-up job after a load
+  private warmUpAbandoned = false;
+  private tokensAtCancel: number | undefined;
+  private lastGeneration: GenerationStats | null = null;
+  private progress: LoadProgress = { phase: 'header', loaded: 0, total: 0, fetched: 0, fromCache: 0, units: [] };
+  private arrived: boolean[] = [];  // per unit: it has arrived at least once
+  private cacheKeeps = false;       // fetched bytes go to the persistent cache
+  private bytesMovedAt = -Infinity;
+  private unitsPolledAt = -Infinity;
+  private readySent = false;
+  private queue: Promise<void> = Promise.resolve();
+
+  constructor(private readonly endpoint: Endpoint) {
+    this.registry = {
+      stores: new Map(),
+      bytes: new Map(),
+      onEvent: (sessionId, kind, data) => this.onEvent(sessionId, kind, data),
+    };
+  }
+
+  receive(request: Request): void {
+    if (request.type === 'cancel') {
+      this.cancel(request.target);
+      return;
+    }
+    this.queue = this.queue.then(() => this.run(request));
+  }
+
+  private async run(request: Request): Promise<void> {
+    if (this.warming !== null) {
+      // Requests wait for the warm-up; an unload cuts it short.
+      if (request.type === 'unload') {
+        this.warmUpAbandoned = true;
+        this.session?.cancel();
+      }
+      await this.warming;
+    }
+    try {
+      const value = await this.dispatch(request);
+      this.endpoint.post({ type: 'result', id: request.id, value });
+    } catch (error) {
+      const kind = error instanceof Failure ? error.kind : 'internal';
+      const message = error instanceof Error ? error.message : String(error);
+      this.endpoint.post({ type: 'error', id: request.id, kind, message });
+    }
+  }
+
+  private async dispatch(request: Request): Promise<unknown> {
+    switch (request.type) {
+      case 'init':
+        this.build = request.build;
+        this.cancelFlag = request.cancelFlag;
+        this.module = await loadEngineModule(request.build, request.wasmBaseUrl, request.poolSize);
+        this.module.sipllmRegistry = this.registry;
+        return { build: this.build };
+      case 'load':
+        return this.load(request);
+      case 'generate':
+        return this.generate(request);
+      case 'tokenize':
+        return Array.from(unwrap(this.open().tokenize(request.text, request.addSpecial, request.parseSpecial)));
+      case 'detokenize':
+        return unwrap(this.open().detokenize(request.tokens));
+      case 'reset':
+        unwrap(this.open().reset());
+        return this.snapshot();
+      case 'stats':
+        return this.snapshot();
+      case 'unload':
+        this.unload();
+        return null;
+      case 'listCache':
+        return this.withQueryStore(request.cache, (module) => unwrap(module.listCachedModels(QUERY_STORE_ID)));
+      case 'deleteCache':
+        return this.withQueryStore(request.cache, (module) => unwrap(module.deleteCachedModel(QUERY_STORE_ID, request.url)));
+      default:
+        throw new Failure('invalid-argument', `unknown request ${(request as { type: string }).type}`);
+    }
+  }
+
+  private engine(): EngineModule {
+    if (this.module === null) throw new Failure('internal', 'the engine worker was not initialised');
+    return this.module;
+  }
+
+  private open(): EngineSession {
+    if (this.session === null) throw new Failure('invalid-argument', 'no model is loaded');
+    return this.session;
+  }
+
+  private async openStore(location: CacheLocation): Promise<SyncStore> {
+    return location.kind === 'opfs' ? OpfsStore.open(location.directory) : DirectoryStore.open(location.directory);
+  }
+
+  private async withQueryStore<T>(location: CacheLocation, use: (module: EngineModule) => T): Promise<T> {
+    const module = this.engine();
+    const store = await this.openStore(location);
+    this.registry.stores.set(QUERY_STORE_ID, store);
+    try {
+      return use(module);
+    } finally {
+      this.registry.stores.delete(QUERY_STORE_ID);
+      await store.maintain();
+      store.close();
+    }
+  }
+
+  // Starts a job on the session and waits for its 'done' event (which, in the
+  // single-thread build, arrives before start() even returns). While it runs
+  // the units' states are polled (the single-thread build, busy meanwhile,
+  // looks at them when it reports bytes instead).
+  private async runJob(id: number, start: () => Answer<undefined>): Promise<JobOutcome> {
+    const done = new Promise<JobOutcome>((resolve) => {
+      this.job = { id, resolve };
+    });
+    this.updateUnits();
+    const poll = setInterval(() => this.updateUnits(), UNIT_POLL_MS);
+    let outcome: JobOutcome;
+    try {
+      const answer = start();
+      if (answer.error) throw fail(answer.error);
+      outcome = await done;
+    } finally {
+      clearInterval(poll);
+      this.job = null;
+    }
+    this.updateUnits();
+    await this.store?.maintain().catch((error: Error) => {
+      this.cacheError = `cache upkeep failed: ${error.message}`;
+    });
+    return outcome;
+  }
+
+  private async load(request: LoadRequest): Promise<unknown> {
+    const module = this.engine();
+    if (this.session !== null) throw new Failure('invalid-argument', 'a model is already loaded in this worker');
+    this.threads = request.threads;
+    this.memoryBudget = request.memoryBudget;
+    let cacheStoreId = 0;
+    if (request.cache !== null) {
+      try {
+        this.store = await this.openStore(request.cache);
+        this.registry.stores.set(MODEL_STORE_ID, this.store);
+        cacheStoreId = MODEL_STORE_ID;
+      } catch (error) {
+        this.cacheError = `the cache could not be opened, streaming without it: ${(error as Error).message}`;
+      }
+    }
+    const options = { ...request.options, threads: request.threads, cacheStoreId };
+    this.sessionId += 1;
+    this.loadId = request.id;
+    this.progress = { phase: 'header', loaded: 0, total: 0, fetched: 0, fromCache: 0, units: [] };
+    this.arrived = [];
+    this.readySent = false;
+    const session = new module.Session(this.sessionId);
+    this.session = session;
+    const outcome = await this.runJob(request.id, () => {
+      if (request.url !== undefined) return session.openUrl(request.url, options);
+      const bytes = request.bytes as Uint8Array;
+      this.registry.bytes.set(MODEL_BYTES_ID, bytes);
+      return session.openBytes(MODEL_BYTES_ID, bytes.length, request.name, options);
+    }).catch((error) => {
+      this.unload();
+      throw error;
+    });
+    if (!outcome.ok) {
+      this.unload();
+      throw fail(outcome.error);
+    }
+    const result = { info: unwrap(session.info()), stats: this.snapshot() };
+    this.cacheKeeps = result.stats.cache.enabled;
+    if (request.warmUpMs > 0) this.startWarmUp(session, request.id, request.warmUpMs);
+    return result;
+  }
+
+  // Not awaited by the load, whose answer goes out first (a single-thread
+  // job keeps this thread busy until it ends): the next request waits for it
+  // (see run()). A warm-up that fails changes nothing a request depends on.
+  private startWarmUp(session: EngineSession, loadId: number, milliseconds: number): void {
+    const warming: Promise<void> = new Promise((resolve) => setTimeout(resolve, 0))
+      .then(() => (this.warmUpAbandoned || this.session !== session
+        ? undefined : this.runJob(loadId, () => session.warmUp(milliseconds))))
+      .then(() => {}, () => {})
+      .then(() => {
+        if (this.warming === warming) this.warming = null;
+      });
+    this.warming = warming;
+  }
+
+  private async generate(request: GenerateRequest): Promise<unknown> {
+    const session = this.open();
+    this.tokensAtCancel = undefined;
+    if (this.cancelFlag !== null && Atomics.load(this.cancelFlag, 0) === request.id) {
+      throw new Failure('aborted', 'generation was aborted before it started');
+    }
+    const outcome = await this.runJob(request.id, () =>
+      request.tokens !== undefined
+        ? session.generateTokens(request.tokens, request.options)
+        : session.generate(request.prompt ?? '', request.options));
+    if (!outcome.ok) throw fail(outcome.error);
+    const generation = outcome.stats as GenerationStats;
+    if (this.tokensAtCancel !== undefined) generation.tokensAtCancel = this.tokensAtCancel;
+    this.lastGeneration = generation;
+    const stats = this.snapshot();
+    this.cacheKeeps = stats.cache.enabled;
+    return { generation, stats };
+  }
+
+  private cancel(target: number): void {
+    if (this.session === null || this.job === null || this.job.id !== target) return;
+    const generated = this.session.cancel();
+    if (this.tokensAtCancel === undefined) this.tokensAtCancel = generated;
+  }
+
+  private unload(): void {
+    if (this.session !== null) {
+      this.session.close();
+      this.session.delete();
+      this.session = null;
+    }
+    this.registry.stores.delete(MODEL_STORE_ID);
+    this.registry.bytes.delete(MODEL_BYTES_ID);
+    this.store?.close();
+    this.store = null;
+  }
+
+  private snapshot(): Stats {
+    const raw = unwrap(this.open().stats()) as Record<string, unknown>;
+    const source = (raw.source as Stats['source'] | undefined) ?? null;
+    const cacheError = this.cacheError || source?.cacheError || '';
+    return {
+      build: this.build,
+      threads: this.threads,
+      crossOriginIsolated: (globalThis as { crossOriginIsolated?: boolean }).crossOriginIsolated === true,
+      memoryBudget: this.memoryBudget,
+      heapBytes: raw.heapBytes as number,
+      kvCacheBytes: raw.kvCacheBytes as number,
+      loader: raw.loader as Stats['loader'],
+      source,
+      cache: { enabled: this.store !== null && (source === null || source.caching), error: cacheError },
+      lastGeneration: this.lastGeneration,
+    };
+  }
+
+  // ---- Events from the engine --------------------------------------------------
+
+  private onEvent(sessionId: number, kind: 'tokens' | 'done' | 'progress', data?: unknown): void {
+    const session = this.session;
+    if (session === null || sessionId !== this.sessionId) return;
+    if (kind === 'progress') {
+      this.onProgress(data as { loaded: number; fetched: number; fromCache: number; total: number; header: boolean });
+      return;
+    }
+    const job = this.job;
+    this.sendTokens(session);
+    if (kind === 'done' && job !== null) {
+      job.resolve(session.takeResult());
+    } else if (job !== null && this.cancelFlag !== null && Atomics.load(this.cancelFlag, 0) === job.id) {
+      // The page cannot reach a busy single-thread worker by message.
+      this.cancel(job.id);
+    }
+  }
+
+  private sendTokens(session: EngineSession): void {
+    const tokens = session.takeTokens();
+    if (tokens.length === 0 || this.job === null) return;
+    const pieces = tokens.map((t) => t.text).filter((text) => text.length > 0);
+    if (pieces.length > 0) this.endpoint.post({ type: 'tokens', id: this.job.id, pieces });
+  }
+
+  private onProgress(event: { loaded: number; fetched: number; fromCache: number; total: number; header: boolean }): void {
+    const last = this.progress;
+    if (event.loaded < last.loaded && !this.readySent) return;  // overtaken by a later report
+    this.bytesMovedAt = performance.now();
+    let phase: LoadProgress['phase'] = 'weights';
+    if (this.readySent) phase = 'ready';
+    else if (event.header) phase = 'header';
+    else if (event.fetched > last.fetched) phase = 'weights';
+    else if (event.fromCache > last.fromCache || (event.fetched === 0 && event.fromCache > 0)) phase = 'cached';
+    const loaded = this.readySent ? event.total : event.loaded;
+    this.progress = { ...last, phase, loaded, total: event.total, fetched: event.fetched, fromCache: event.fromCache };
+    // A single-thread job keeps this thread busy: its byte reports are the
+    // only moments to look at the units.
+    if (this.job !== null && performance.now() - this.unitsPolledAt >= UNIT_POLL_MS) this.updateUnits(false);
+    this.postProgress();
+  }
+
+  private postProgress(): void {
+    this.endpoint.post({ type: 'progress', id: this.loadId, progress: this.progress });
+  }
+
+  // Reads the loader's per-unit counters and works out each unit's state;
+  // posts a progress event when one changed (unless the caller posts).
+  private updateUnits(post = true): void {
+    const session = this.session;
+    if (session === null) return;
+    this.unitsPolledAt = performance.now();
+    const live: LiveUnit[] = session.liveUnits();
+    if (live.length === 0) return;
+    if (this.arrived.length !== live.length) this.arrived = live.map(() => false);
+    live.forEach((unit, i) => {
+      if (unit.loads > 0 || unit.used) this.arrived[i] = true;
+    });
+    const moving = this.job !== null && performance.now() - this.bytesMovedAt < BYTES_MOVING_MS;
+    const next = moving ? this.arrived.indexOf(false) : -1;
+    const units: UnitProgress[] = live.map((unit, i) => {
+      let state: UnitState = i === next ? 'streaming' : 'waiting';
+      if (this.arrived[i]) state = unit.resident ? 'resident' : 'streamed';
+      return { name: unit.name, bytes: unit.bytes, state, cached: this.cacheKeeps && this.arrived[i] };
+    });
+    const previous = this.progress.units;
+    const changed = units.length !== previous.length ||
+      units.some((u, i) => u.state !== previous[i].state || u.cached !== previous[i].cached);
+    this.progress = { ...this.progress, units };
+    // Once every unit has arrived, the whole model has.
+    if (!this.readySent && this.progress.total > 0 && this.arrived.every(Boolean)) {
+      this.readySent = true;
+      this.progress = { ...this.progress, phase: 'ready', loaded: this.progress.total };
+    } else if (!changed) {
+      return;
+    }
+    if (post) this.postProgress();
+  }
+}
+
+const endpoint = await connect();
+const worker = new EngineWorker(endpoint);
+endpoint.listen((request) => worker.receive(request));

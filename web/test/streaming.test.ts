@@ -1,0 +1,225 @@
+// Streaming from the range server: progress, the persistent cache, and a
+// memory budget smaller than the model.
+
+import { mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+import { NetworkError, SipLLM } from '../dist/index.js';
+import type { LoadProgress } from '../dist/index.js';
+import { RangeServer, collect, fileSize, nativeGreedy, removeDir, serveDir, tempDir } from './support.js';
+
+const MODEL = 'stories260K.gguf';
+const PROMPT = 'Once upon a time';
+
+let server: RangeServer;
+let root: string;
+let expected: string;
+
+beforeAll(async () => {
+  expected = nativeGreedy(MODEL, PROMPT, 60);
+  root = serveDir([MODEL]);
+  server = await RangeServer.start(root);
+});
+
+afterAll(async () => {
+  await server?.stop();
+  if (root) removeDir(root);
+});
+
+function expectMonotonic(events: LoadProgress[]): void {
+  for (let i = 1; i < events.length; ++i) {
+    expect(events[i].loaded).toBeGreaterThanOrEqual(events[i - 1].loaded);
+    expect(events[i].fetched).toBeGreaterThanOrEqual(events[i - 1].fetched);
+    expect(events[i].fromCache).toBeGreaterThanOrEqual(events[i - 1].fromCache);
+    expect(events[i].total).toBe(events[0].total);
+  }
+}
+
+describe('streaming over HTTP', () => {
+  it('reports monotonic progress that ends at the file size', async () => {
+    const events: LoadProgress[] = [];
+    const llm = await SipLLM.load(`${server.url}/${MODEL}`, { threads: 2, onProgress: (e) => events.push(e) });
+    try {
+      expect(events.length).toBeGreaterThan(0);
+      expect(events[0].phase).toBe('header');
+      expect(await collect(llm.generate(PROMPT, { maxTokens: 60, temperature: 0 }))).toBe(expected);
+      expectMonotonic(events);
+      const last = events[events.length - 1];
+      expect(last.total).toBe(fileSize(MODEL));
+      expect(last.loaded).toBe(fileSize(MODEL));
+      expect(last.phase).toBe('ready');
+      expect(events.some((e) => e.phase === 'weights')).toBe(true);
+    } finally {
+      await llm.unload();
+    }
+  });
+
+  for (const build of ['threaded', 'single'] as const) {
+    it(`reports each block's state as the blocks arrive (${build} build)`, async () => {
+      // A slow link, so that the blocks arrive over a second or so.
+      const slow = await RangeServer.start(root, ['--mbps', '1']);
+      const events: LoadProgress[] = [];
+      try {
+        const llm = await SipLLM.load(`${slow.url}/${MODEL}`, { build, onProgress: (e) => events.push(e) });
+        try {
+          expect(await collect(llm.generate(PROMPT, { maxTokens: 60, temperature: 0 }))).toBe(expected);
+          const names = llm.stats().loader.units.map((unit) => unit.name);
+          const withUnits = events.filter((e) => e.units.length > 0);
+          expect(withUnits.length).toBeGreaterThan(0);
+          // In every event the units that arrived come first, in stream
+          // order; at most one is streaming, right after them; none goes back.
+          let arrivedBefore = 0;
+          for (const event of withUnits) {
+            expect(event.units.map((unit) => unit.name)).toEqual(names);
+            const states = event.units.map((unit) => unit.state);
+            const firstMissing = states.findIndex((state) => state === 'waiting' || state === 'streaming');
+            const arrived = firstMissing < 0 ? states.length : firstMissing;
+            expect(states.slice(arrived).every((state) => state === 'waiting' || state === 'streaming'), states.join(' ')).toBe(true);
+            expect(states.slice(arrived + 1)).not.toContain('streaming');
+            expect(arrived).toBeGreaterThanOrEqual(arrivedBefore);
+            arrivedBefore = arrived;
+          }
+          // Seen while they arrived, not only at the end.
+          expect(withUnits.some((e) => e.units.some((unit) => unit.state === 'resident') &&
+                                       e.units.some((unit) => unit.state === 'streaming'))).toBe(true);
+          const last = events[events.length - 1];
+          expect(last.phase).toBe('ready');
+          expect(last.units.every((unit) => unit.state === 'resident' && !unit.cached)).toBe(true);
+        } finally {
+          await llm.unload();
+        }
+      } finally {
+        await slow.stop();
+      }
+    });
+  }
+
+  it('follows a redirect, as Hugging Face resolve URLs answer', async () => {
+    const llm = await SipLLM.load(`${server.url}/fault/redirect/${MODEL}`, { threads: 2 });
+    try {
+      expect(await collect(llm.generate(PROMPT, { maxTokens: 60, temperature: 0 }))).toBe(expected);
+    } finally {
+      await llm.unload();
+    }
+  });
+
+  it('serves a second load from the cache without a request', async () => {
+    const cache = tempDir('cache');
+    const url = `${server.url}/${MODEL}`;
+    try {
+      await server.reset();
+      const first = await SipLLM.load(url, { threads: 2, cache });
+      try {
+        expect(await collect(first.generate(PROMPT, { maxTokens: 60, temperature: 0 }))).toBe(expected);
+        expect(first.stats().cache).toEqual({ enabled: true, error: '' });
+      } finally {
+        await first.unload();
+      }
+      expect((await server.stats()).requests).toBeGreaterThan(0);
+      expect(await SipLLM.cachedModels({ cache })).toEqual([
+        expect.objectContaining({ url, size: fileSize(MODEL), cachedBytes: fileSize(MODEL) }),
+      ]);
+
+      await server.reset();
+      const events: LoadProgress[] = [];
+      const second = await SipLLM.load(url, { threads: 2, cache, onProgress: (e) => events.push(e) });
+      try {
+        expect(await collect(second.generate(PROMPT, { maxTokens: 60, temperature: 0 }))).toBe(expected);
+        expect(second.stats().source).toMatchObject({ openedFromCache: true, requests: 0, bytesFetched: 0 });
+      } finally {
+        await second.unload();
+      }
+      expect((await server.stats()).requests).toBe(0);
+      expectMonotonic(events);
+      expect(events.some((e) => e.phase === 'cached')).toBe(true);
+      expect(events[events.length - 1].loaded).toBe(fileSize(MODEL));
+
+      await SipLLM.deleteCachedModel(url, { cache });
+      expect(await SipLLM.cachedModels({ cache })).toEqual([]);
+    } finally {
+      removeDir(cache);
+    }
+  });
+
+  it('resumes an interrupted download from the pages it kept', async () => {
+    const cache = tempDir('cache');
+    // The connection drops once, inside the last block's bytes.
+    const url = `${server.url}/fault/drop-once/${MODEL}?at=${fileSize(MODEL) - 20_000}`;
+    try {
+      await server.reset();
+      // The single-thread build has no prefetch thread that could fetch the
+      // block again in the background after the failure.
+      const first = await SipLLM.load(url, { build: 'single', cache, maxRetries: 0 });
+      try {
+        await expect(collect(first.generate(PROMPT, { maxTokens: 60, temperature: 0 }))).rejects.toBeInstanceOf(NetworkError);
+      } finally {
+        await first.unload();
+      }
+      const [partial] = await SipLLM.cachedModels({ cache });
+      expect(partial.cachedBytes).toBeGreaterThan(0);
+      expect(partial.cachedBytes).toBeLessThan(partial.size);
+
+      // (Not reset: the connection has dropped once, and stays up now.)
+      const before = (await server.stats()).log.length;
+      const second = await SipLLM.load(url, { threads: 1, cache });
+      try {
+        expect(await collect(second.generate(PROMPT, { maxTokens: 60, temperature: 0 }))).toBe(expected);
+        expect(second.stats().source?.openedFromCache).toBe(true);
+      } finally {
+        await second.unload();
+      }
+      // Only the pages that were missing crossed the network.
+      const fetched = (await server.stats()).log.slice(before).reduce((sum, entry) => sum + entry.bytes, 0);
+      expect(fetched).toBe(partial.size - partial.cachedBytes);
+      const [complete] = await SipLLM.cachedModels({ cache });
+      expect(complete.cachedBytes).toBe(complete.size);
+    } finally {
+      removeDir(cache);
+    }
+  });
+
+  it('streams on without the cache when the cache cannot be written', async () => {
+    const cache = tempDir('cache');
+    const url = `${server.url}/${MODEL}`;
+    try {
+      // An entry whose pages file then turns into something that cannot be
+      // written (as a full disk or a browser quota would refuse the write).
+      const first = await SipLLM.load(url, { build: 'single', cache });
+      await first.unload();
+      const pages = readdirSync(cache).filter((name) => name.endsWith('.pages'));
+      expect(pages).toHaveLength(1);
+      rmSync(join(cache, pages[0]));
+      mkdirSync(join(cache, pages[0]));
+
+      const second = await SipLLM.load(url, { threads: 2, cache });
+      try {
+        expect(await collect(second.generate(PROMPT, { maxTokens: 60, temperature: 0 }))).toBe(expected);
+        const stats = second.stats();
+        expect(stats.cache.enabled).toBe(false);
+        expect(stats.cache.error).toContain(pages[0]);
+        expect(stats.source?.bytesFetched).toBeGreaterThan(0);
+      } finally {
+        await second.unload();
+      }
+    } finally {
+      removeDir(cache);
+    }
+  });
+
+  it('streams a model larger than its memory budget, on every token', async () => {
+    // Room for the ring (two of the largest unit) and little else.
+    const budget = 400_000;
+    const llm = await SipLLM.load(`${server.url}/${MODEL}`, { threads: 2, memoryBudget: budget });
+    try {
+      expect(await collect(llm.generate(PROMPT, { maxTokens: 60, temperature: 0 }))).toBe(expected);
+      const stats = llm.stats();
+      expect(stats.loader.streamedUnits).toBeGreaterThan(0);
+      expect(stats.loader.peakWeightBytes).toBeLessThanOrEqual(budget);
+      // Streamed units were read from the source again for every token.
+      expect(stats.loader.bytesRead).toBeGreaterThan(10 * llm.info.weightBytes);
+    } finally {
+      await llm.unload();
+    }
+  });
+});
