@@ -1,19 +1,34 @@
 #!/bin/sh
 # Installs the Debian packages the build and tests need, when missing.
-# Usage: scripts/setup.sh [native|all]   (default: all)
+# Usage: scripts/setup.sh [native|web|browser|all]   (default: all)
 set -eu
 
-native="cmake ninja-build g++ libgtest-dev python3-numpy libsimde-dev libcurl4-openssl-dev"
-all="$native"
+native="cmake ninja-build g++ libgtest-dev libbenchmark-dev python3-numpy libsimde-dev libcurl4-openssl-dev"
+# The native tests serve models with scripts/range-server.mjs: Node from
+# Debian unless a node command is already there.
+command -v node > /dev/null 2>&1 || native="$native nodejs"
+# The WebAssembly build, the web package and the demo's dev server. Node and
+# npm may come from elsewhere (NodeSource's nodejs carries its own npm), so
+# they are installed from Debian only when the commands are missing.
+web="cmake ninja-build emscripten"
+command -v node > /dev/null 2>&1 || web="$web nodejs"
+command -v npm > /dev/null 2>&1 || web="$web npm"
+# The demo's end-to-end tests drive Debian's Chromium (Playwright cannot
+# download its own browser here).
+browser="chromium"
+all="$native $web $browser"
 
 case "${1:-all}" in
   native) wanted=$native ;;
+  web) wanted=$web ;;
+  browser) wanted=$browser ;;
   all) wanted=$all ;;
-  *) echo "usage: $0 [native|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [native|web|browser|all]" >&2; exit 2 ;;
 esac
 
 missing=""
 for package in $wanted; do
+  case " $missing " in *" $package "*) continue ;; esac
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
     missing="$missing $package"
 done

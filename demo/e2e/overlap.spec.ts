@@ -1,0 +1,152 @@
+// The point of the prefetch ring, seen from a browser: a multi-block model
+// served over a bandwidth-capped link is computed while it arrives. The block
+// map follows the blocks as they arrive, while the request runs. From the
+// engine's per-block timeline of the first request (its prefill loads every
+// block once, in order): block L+1 was already arriving while block L
+// computed, and block L's computation began before block L+1 had finished
+// arriving, for most blocks. Orderings of events, not durations.
+
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { basename, join } from 'node:path';
+
+import { expect, test } from '@playwright/test';
+import type { UnitEvent } from 'sipllm';
+
+import {
+  RangeServer, expectReady, generateModel, loadUrl, openDemo, pageStats, requestSettled, requestsSettled, setFields,
+  startCompletion,
+} from './support.js';
+
+// Slow enough that a block takes longer to arrive than to compute, on a
+// small machine: SmolLM-135M's shape, 30 blocks of 3.8 MB at Q8_0.
+const LINK_MBPS = 40;
+const PROMPT = 'The quick brown fox jumps over the lazy dog while the cat sleeps';
+
+let dir: string;
+let server: RangeServer;
+let modelUrl: string;
+let modelBytes: number;
+
+test.beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'sipllm-e2e-overlap-'));
+  const model = generateModel(dir, 'smollm-135m', 'Q8_0', 'ggml-vocab-llama-spm.gguf');
+  modelBytes = statSync(model).size;
+  server = await RangeServer.start(dir, ['--mbps', String(LINK_MBPS)]);
+  modelUrl = `${server.url}/${basename(model)}`;
+});
+
+test.afterAll(async () => {
+  await server?.stop();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+// What the block map showed, render by render (recorded in the page).
+interface BlockMapFrame {
+  states: string[];
+  status: string;
+  generated: number;  // characters of generated text on the page
+}
+
+test('prefill computes each block while the next one is still arriving', async ({ page }, testInfo) => {
+  await expectReady(page, await openDemo(page));
+  // Straight from the capped link: no persistent cache in between.
+  await page.locator('#use-cache').uncheck();
+  await setFields(page, { temperature: 0, 'max-tokens': 4 });
+  await page.evaluate(() => {
+    const frames: BlockMapFrame[] = [];
+    (globalThis as unknown as { blockMapFrames: BlockMapFrame[] }).blockMapFrames = frames;
+    const units = document.getElementById('units')!;
+    new MutationObserver(() => frames.push({
+      states: [...units.querySelectorAll<HTMLElement>('.unit')].map((unit) => unit.dataset.state ?? ''),
+      status: document.getElementById('status')!.dataset.state ?? '',
+      generated: document.querySelector('#output .generated')?.textContent?.length ?? 0,
+    })).observe(units, { childList: true });
+  });
+  expect(await loadUrl(page, modelUrl)).toBe('ready');
+  await expect(page.locator('#units .unit')).toHaveCount(36);  // 30 blocks, 6 head pieces
+
+  // While the first request runs the weights stream in: the bar grows and
+  // the block map follows the blocks as they arrive.
+  const before = await requestsSettled(page);
+  await startCompletion(page, PROMPT);
+  await expect(page.locator('#progress-bar')).toHaveAttribute('data-phase', 'weights');
+  await expect(page.locator('#units .unit[data-state="streaming"]')).toHaveCount(1);
+  await page.screenshot({ path: testInfo.outputPath('overlap-streaming.png'), fullPage: true });
+  expect(await requestSettled(page, before), await page.locator('#error').innerText()).toBe('done');
+  await expect(page.locator('#progress-bar')).toHaveAttribute('data-phase', 'ready');
+  await expect(page.locator('#units .unit[data-state="resident"]')).toHaveCount(36);
+  await page.screenshot({ path: testInfo.outputPath('overlap-timeline.png'), fullPage: true });
+
+  // Render by render: the blocks arrived in stream order, one streaming at a
+  // time right after those that had arrived, and never went back; the map
+  // showed blocks arrived and blocks still to come while the request ran,
+  // before its first token.
+  const frames = (await page.evaluate(() => (globalThis as unknown as { blockMapFrames: BlockMapFrame[] }).blockMapFrames))
+    .filter((frame) => frame.states.length === 36);
+  let arrivedBefore = 0;
+  for (const frame of frames) {
+    const arrived = frame.states.findIndex((state) => state !== 'resident');
+    const prefix = arrived < 0 ? 36 : arrived;
+    expect(frame.states.slice(prefix).every((state) => state === 'waiting' || state === 'streaming'),
+           frame.states.join(' ')).toBe(true);
+    expect(frame.states.slice(prefix + 1).includes('streaming'), frame.states.join(' ')).toBe(false);
+    expect(prefix).toBeGreaterThanOrEqual(arrivedBefore);
+    arrivedBefore = prefix;
+  }
+  const midway = frames.filter((frame) => frame.status === 'generating' && frame.generated === 0 &&
+                                          frame.states.includes('resident') && frame.states.includes('streaming') &&
+                                          frame.states.includes('waiting'));
+  expect(midway.length).toBeGreaterThan(0);
+
+  const stats = await pageStats(page);
+  expect(stats.build).toBe('threaded');
+  expect(stats.source?.bytesFromCache).toBe(0);
+  const units = stats.loader.units;
+  const blocks = units.map((unit, i) => ({ name: unit.name, i })).filter((u) => /^block \d+$/.test(u.name));
+  expect(blocks.length).toBe(30);
+
+  // The first event of each unit is its load for the prefill.
+  const first = new Map<number, UnitEvent>();
+  for (const event of stats.loader.timeline) if (!first.has(event.unit)) first.set(event.unit, event);
+  for (const { name, i } of blocks) {
+    const event = first.get(i);
+    expect(event, `${name} has no event`).toBeDefined();
+    expect(event!.ioEndMs, `${name} did not arrive over the network`).toBeGreaterThan(event!.ioStartMs);
+    expect(event!.computeEndMs, `${name} was not computed`).toBeGreaterThan(event!.computeStartMs);
+  }
+
+  // Block L computed while block L+1 was arriving: L's computation began
+  // before L+1 had arrived, and L+1 had begun arriving before L's ended.
+  // Blocks that arrived during the warm-up after the load, before the
+  // prefill began, could not overlap it: the pairs counted are those whose
+  // second block was still arriving when the prefill began, most of them.
+  const prefillStart = Math.min(...blocks.map(({ i }) => first.get(i)!.computeStartMs));
+  const pairs = blocks.slice(0, -1).map(({ i }, k) => {
+    const current = first.get(i)!;
+    const next = first.get(blocks[k + 1].i)!;
+    return { k, current, next, overlap: current.computeStartMs < next.ioEndMs && next.ioStartMs < current.computeEndMs };
+  }).filter(({ next }) => next.ioEndMs > prefillStart);
+  expect(pairs.length).toBeGreaterThanOrEqual(Math.ceil((blocks.length - 1) / 2));
+  const overlapped = pairs.filter((pair) => pair.overlap);
+  const missed = pairs.filter((pair) => !pair.overlap);
+  const prefill = [...first.values()];
+  const firstToken = Math.max(...prefill.map((e) => e.computeEndMs));
+  const lastArrival = Math.max(...prefill.map((e) => e.ioEndMs));
+  const download = lastArrival - Math.min(...prefill.map((e) => e.ioStartMs));
+  console.log(`block map: ${frames.length} renders, ${midway.length} with blocks arrived and to come before the first token; ` +
+              `overlap: ${overlapped.length} of ${pairs.length} block pairs arriving after the prefill began ` +
+              `(${blocks.length - 1 - pairs.length} arrived before it; not overlapped: ` +
+              `${missed.map(({ k, current, next }) => `${k}: compute ${current.computeStartMs.toFixed(0)}-` +
+                                  `${current.computeEndMs.toFixed(0)}, next io ${next.ioStartMs.toFixed(0)}-${next.ioEndMs.toFixed(0)}`)
+                .join('; ') || 'none'}); ` +
+              `${(modelBytes / 1e6).toFixed(1)} MB at ${LINK_MBPS} MB/s = ${(modelBytes / (LINK_MBPS * 1e3)).toFixed(0)} ms ` +
+              `of transfer; the units arrived over ${download.toFixed(0)} ms; the first token ` +
+              `${(firstToken - lastArrival).toFixed(1)} ms after the last unit arrived; ` +
+              `TTFT ${stats.lastGeneration?.ttftMs.toFixed(0)} ms`);
+  expect(overlapped.length).toBeGreaterThanOrEqual(Math.ceil(pairs.length * 0.75));
+
+  // The chart shows that request.
+  await expect(page.locator('#timeline')).toHaveAttribute('data-units', String(units.length));
+  await expect(page.locator('#timeline')).toHaveAttribute('data-events', String(stats.loader.timeline.length));
+});

@@ -1,0 +1,95 @@
+// The download as a person sees it: a bar of the file's bytes delivered to
+// the engine, and one cell per stream unit (a transformer block or a piece
+// of the output head) saying where that unit stands, live: still waiting,
+// streaming (its bytes arriving now), resident (kept in memory) or streamed
+// (re-read for every token because the memory budget cannot keep it); a unit
+// that has arrived is also marked cached when the persistent cache keeps its
+// bytes. The states come with the engine's progress events
+// (LoadProgress.units), which it sends about every 100 ms while a request
+// runs; the load counts in the cells' titles come from the figures of the
+// last request.
+
+import type { LoadProgress, Stats, UnitProgress, UnitState } from 'sipllm';
+
+import { el, formatBytes } from './format.js';
+
+const STATE_TEXT: Record<UnitState, string> = {
+  waiting: 'not loaded yet',
+  streaming: 'arriving now',
+  resident: 'resident in memory',
+  streamed: 'streamed for every token (over the memory budget)',
+};
+
+const PHASE_TEXT: Record<LoadProgress['phase'], string> = {
+  header: 'reading the header',
+  weights: 'streaming weights',
+  cached: 'reading from the cache',
+  ready: 'every block has arrived',
+};
+
+// "block 12" shows as 12, "output head 3/48" as h3: the title has the rest.
+function shortName(name: string): string {
+  const block = /^block (\d+)$/.exec(name);
+  if (block !== null) return block[1];
+  const head = /^output head(?: (\d+)\/\d+)?$/.exec(name);
+  if (head !== null) return `h${head[1] ?? ''}`;
+  return name;
+}
+
+export class BlockMap {
+  private units: UnitProgress[] = [];
+  private loads: number[] = [];  // per unit, in the last request
+  private progress: LoadProgress | null = null;
+
+  constructor(private readonly bar: HTMLElement, private readonly barText: HTMLElement,
+              private readonly cells: HTMLElement) {}
+
+  reset(): void {
+    this.units = [];
+    this.loads = [];
+    this.progress = null;
+    this.render();
+  }
+
+  onProgress(progress: LoadProgress): void {
+    this.progress = progress;
+    if (progress.units.length > 0) this.units = progress.units;
+    this.render();
+  }
+
+  // The figures of the last request.
+  update(stats: Stats): void {
+    this.loads = stats.loader.units.map((unit) => unit.loads);
+    this.render();
+  }
+
+  private render(): void {
+    const p = this.progress;
+    const fraction = p !== null && p.total > 0 ? p.loaded / p.total : 0;
+    this.bar.style.width = `${(fraction * 100).toFixed(1)}%`;
+    this.bar.dataset.phase = p?.phase ?? 'none';
+    this.bar.parentElement?.setAttribute('aria-valuenow', String(Math.round(fraction * 100)));
+    this.barText.dataset.loaded = String(p?.loaded ?? 0);
+    this.barText.dataset.total = String(p?.total ?? 0);
+    this.barText.textContent = p === null
+      ? 'no model loaded'
+      : `${formatBytes(p.loaded)} of ${formatBytes(p.total)} · ${PHASE_TEXT[p.phase]} · ` +
+        `fetched ${formatBytes(p.fetched)}, from the cache ${formatBytes(p.fromCache)}`;
+
+    this.cells.replaceChildren(...this.units.map((unit, i) => {
+      const loads = this.loads[i];
+      const title = `${unit.name}: ${formatBytes(unit.bytes)}, ${STATE_TEXT[unit.state]}` +
+                    `${unit.cached ? ', kept in the cache' : ''}` +
+                    `${loads === undefined ? '' : `; loaded ${loads}× in the last request`}`;
+      return el('span', {
+        class: `unit ${unit.state}${unit.cached ? ' cached' : ''}`,
+        'data-state': unit.state,
+        'data-cached': unit.cached,
+        title,
+        role: 'img',
+        'aria-label': title,
+      }, shortName(unit.name));
+    }));
+    this.cells.dataset.units = String(this.units.length);
+  }
+}
