@@ -1,0 +1,183 @@
+// The in-page half of the benchmark (scripts/bench/run.mjs drives it). One
+// function per engine; each loads one model from a URL with nothing cached,
+// runs the same prompt once cold and then warm, and returns what it saw.
+// Every time is taken here, with performance.now(), as a page would see it.
+//
+// Per generation: callMs (the request is made), firstMs / lastMs (the first
+// and the last non-empty piece reach the page), endMs (the request settles),
+// plus the token counts and figures each engine reports about itself.
+
+// Each engine's module is imported before its clock starts (a page has its
+// scripts before it loads a model), and only by its own run, so that one
+// engine's missing build does not stop the other.
+const SIPLLM_WASM_BASE = '/web/wasm/';
+const WLLAMA_WASM = new URL('/node_modules/@wllama/wllama/esm/wasm/wllama.wasm', location.href).href;
+
+function log(message) {
+  document.getElementById('log').textContent += `\n${message}`;
+  console.log(`[bench] ${message}`);
+}
+
+function errorText(error) {
+  if (error instanceof Error) return `${error.name}: ${error.message}`;
+  return String(error);
+}
+
+// Timestamps of the pieces of one generation as they reach the page.
+class PieceClock {
+  constructor() {
+    this.callMs = performance.now();
+    this.firstMs = null;
+    this.lastMs = null;
+    this.pieces = 0;
+    this.text = '';
+  }
+
+  piece(text) {
+    if (text.length === 0) return;
+    const now = performance.now();
+    if (this.firstMs === null) this.firstMs = now;
+    this.lastMs = now;
+    this.pieces += 1;
+    this.text += text;
+  }
+
+  finish(counts) {
+    return {
+      callMs: this.callMs, firstMs: this.firstMs, lastMs: this.lastMs, endMs: performance.now(),
+      pieces: this.pieces, text: this.text, ...counts,
+    };
+  }
+}
+
+async function withErrors(run) {
+  const result = { crossOriginIsolated: globalThis.crossOriginIsolated === true, cores: navigator.hardwareConcurrency };
+  try {
+    await run(result);
+  } catch (error) {
+    result.error = errorText(error);
+    log(`failed: ${result.error}`);
+  }
+  return result;
+}
+
+// ---- SipLLM ---------------------------------------------------------------------
+
+async function sipllmGenerate(llm, prompt, options) {
+  const clock = new PieceClock();
+  const iterator = llm.generate(prompt, options);
+  let step;
+  while (!(step = await iterator.next()).done) clock.piece(step.value);
+  const g = step.value;
+  return clock.finish({
+    promptTokens: g.promptTokens,
+    cachedTokens: g.reusedTokens,
+    generatedTokens: g.generatedTokens,
+    stopReason: g.stopReason,
+    engine: {
+      promptMs: g.promptMs, decodeMs: g.decodeMs, ttftMs: g.ttftMs,
+      prefillTokensPerS: g.promptTokensPerS, decodeTokensPerS: g.decodeTokensPerS,
+    },
+  });
+}
+
+async function benchSipllm({ url, threads, prompt, maxTokens, ban, contextLength, warmRuns, seed, sipllmWasmBase }) {
+  return withErrors(async (result) => {
+    const { SipLLM } = await import('sipllm');
+    const logitBias = new Map(ban.map((token) => [token, -Infinity]));
+    const options = { maxTokens, temperature: 0, seed, logitBias };
+    log(`SipLLM: loading ${url} with ${threads} threads`);
+    const t0 = performance.now();
+    const wasmBaseUrl = new URL(sipllmWasmBase ?? SIPLLM_WASM_BASE, location.href).href;
+    const llm = await SipLLM.load(url, { threads, cache: false, build: 'threaded', contextLength, wasmBaseUrl });
+    result.loadMs = performance.now() - t0;
+    log(`SipLLM: loaded in ${result.loadMs.toFixed(0)} ms; cold run`);
+    const cold = await sipllmGenerate(llm, prompt, options);
+    result.coldTtftMs = cold.firstMs - t0;
+    result.cold = cold;
+    // How the weights arrived during the cold request (per block: I/O,
+    // prepare and compute times), to explain its time to first token.
+    result.coldLoader = llm.stats().loader;
+    result.warm = [];
+    for (let i = 0; i < warmRuns; ++i) {
+      await llm.reset();
+      log(`SipLLM: warm run ${i + 1}`);
+      result.warm.push(await sipllmGenerate(llm, prompt, options));
+    }
+    const stats = llm.stats();
+    result.build = stats.build;
+    result.threads = stats.threads;
+    result.heapBytes = stats.heapBytes;
+    result.kvCacheBytes = stats.kvCacheBytes;
+    result.source = stats.source;
+    await llm.unload();
+  });
+}
+
+// ---- wllama -------------------------------------------------------------------------
+
+const quietLogger = { debug() {}, log() {}, info() {}, warn: console.warn, error: console.error };
+
+async function wllamaGenerate(wllama, prompt, { maxTokens, ban, seed }) {
+  // JSON has no -Infinity: llama.cpp's server reads `false` as a ban.
+  const logitBias = Object.fromEntries(ban.map((token) => [String(token), false]));
+  const clock = new PieceClock();
+  let last = null;
+  await wllama.createCompletion({
+    prompt,
+    max_tokens: maxTokens,
+    temperature: 0,
+    seed,
+    logit_bias: logitBias,
+    ignore_eos: true,
+    cache_prompt: false,  // every run processes the whole prompt
+    stream: true,
+    onData: (chunk) => {
+      last = chunk;
+      clock.piece(chunk.choices?.[0]?.text ?? '');
+    },
+  });
+  const timings = last?.timings ?? null;
+  const usage = last?.usage ?? null;
+  return clock.finish({
+    promptTokens: timings ? timings.prompt_n + timings.cache_n : usage?.prompt_tokens ?? null,
+    cachedTokens: timings ? timings.cache_n : null,
+    generatedTokens: timings ? timings.predicted_n : usage?.completion_tokens ?? null,
+    stopReason: last?.choices?.[0]?.finish_reason ?? null,
+    engine: timings === null ? null : {
+      promptMs: timings.prompt_ms, decodeMs: timings.predicted_ms,
+      prefillTokensPerS: timings.prompt_per_second, decodeTokensPerS: timings.predicted_per_second,
+      usage,
+    },
+  });
+}
+
+async function benchWllama({ url, threads, prompt, maxTokens, ban, contextLength, warmRuns, seed }) {
+  return withErrors(async (result) => {
+    const { Wllama } = await import('@wllama/wllama');
+    result.version = Wllama.getLibllamaVersion();
+    log(`wllama ${result.version}: loading ${url} with ${threads} threads`);
+    const t0 = performance.now();
+    const wllama = new Wllama({ default: WLLAMA_WASM }, { suppressNativeLog: true, logger: quietLogger });
+    // useCache: false downloads again even if the file is in wllama's cache.
+    await wllama.loadModelFromUrl(url, { n_threads: threads, n_ctx: contextLength, n_gpu_layers: 0, useCache: false });
+    result.loadMs = performance.now() - t0;
+    result.threads = wllama.getNumThreads();
+    result.multithread = wllama.isMultithread();
+    log(`wllama: loaded in ${result.loadMs.toFixed(0)} ms (${result.threads} threads); cold run`);
+    const options = { maxTokens, ban, seed };
+    const cold = await wllamaGenerate(wllama, prompt, options);
+    result.coldTtftMs = cold.firstMs - t0;
+    result.cold = cold;
+    result.warm = [];
+    for (let i = 0; i < warmRuns; ++i) {
+      log(`wllama: warm run ${i + 1}`);
+      result.warm.push(await wllamaGenerate(wllama, prompt, options));
+    }
+    await wllama.exit();
+  });
+}
+
+Object.assign(globalThis, { benchSipllm, benchWllama });
+globalThis.benchReady = true;
+log(`ready (crossOriginIsolated: ${globalThis.crossOriginIsolated})`);

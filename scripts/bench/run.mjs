@@ -1,0 +1,669 @@
+#!/usr/bin/env node
+// SipLLM against wllama (llama.cpp in WebAssembly), in the same headless
+// Chromium, on the same files, in one run. Prints one table.
+//
+//   npm run bench                                  the whole matrix
+//   npm run bench -- --quick                       SmolLM-135M Q8_0, 2 threads
+//   npm run bench -- --models smollm-135m --types Q4_0,Q4_K_M --threads 2
+//   npm run bench -- --mbps 50                     models behind a 50 MB/s link:
+//                                                  cold TTFT against transfer time
+//   npm run bench -- --help                        every option
+//
+// What it does:
+//   1. Writes the random-weight models that are missing (the native CLI's
+//      `sipllm gen`, real tokenizer from a vocab GGUF) into build/bench-models.
+//   2. Fits a plain English prompt to exactly --prompt-tokens tokens (BOS
+//      included) with the engine's tokenizer (`sipllm tokenize`), and lists
+//      the tokens neither engine may sample: byte tokens, control tokens and
+//      EOS (see gguf-vocab.mjs). Both engines get the same text and the same
+//      ban list, greedy sampling, and must generate exactly --gen-tokens.
+//   3. Serves the bench page (scripts/bench/page), the sipllm package (web/)
+//      and node_modules from one range server, and the models from a second
+//      one (another origin, as a CDN would be; capped with --mbps). Both send
+//      COOP/COEP, so the page is cross-origin isolated and both engines run
+//      their threaded builds.
+//   4. For every model, type, thread count and engine: a fresh browser (so
+//      nothing is cached: SipLLM runs with cache: false, wllama downloads
+//      into an empty profile), load, one cold generation, then --warm-runs
+//      warm ones (SipLLM after reset(), wllama with cache_prompt: false).
+//      Times are taken in the page with performance.now():
+//        load       load() called .. resolved (SipLLM reads the header only;
+//                   its weights stream during the first prompt. wllama
+//                   downloads the file, loads it and runs its warm-up)
+//        cold TTFT  load() called .. first generated piece on the page
+//        prefill    prompt tokens / (request .. first piece), best warm run
+//                   (two by default: V8 runs WebAssembly on baseline code
+//                   first and tiers hot functions up while they run, so the
+//                   first runs of either engine are slower)
+//        decode     (generated - 1) / (first piece .. last piece), best run
+//                   (the cold one included: every weight has arrived by then)
+//      Peak memory is the renderer process's peak resident set (VmHWM: the
+//      page, its workers and the WebAssembly memory), read from /proc.
+//   5. Prints the table (Markdown) with SipLLM ÷ wllama ratios against the
+//      targets, and writes every figure to build/bench/results-*.json.
+//
+// Needs: web/wasm (scripts/build-wasm.sh; --build runs it; --wasm-dir takes
+// another build tree's instead, e.g. build/wasm-threaded/wasm-bindings),
+// web/dist (npm run build:web; --build runs it), the native CLI
+// (build/native/engine/sipllm or $SIPLLM_CLI; built when missing),
+// /usr/bin/chromium (or $CHROMIUM), `npm install` (playwright-core and
+// @wllama/wllama are devDependencies of the repository root).
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { basename, dirname, join, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { chromium } from 'playwright-core';
+
+import { startRangeServer } from '../range-server.mjs';
+import { readVocab } from './gguf-vocab.mjs';
+
+const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+
+const SHAPES = ['smollm-135m', 'qwen2.5-0.5b'];
+const TYPES = ['Q8_0', 'Q4_0', 'Q4_K_M'];
+const TARGETS = { decode: 2.5, prefill: 5, coldTtft: 0.5 };
+const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+
+const USAGE = `usage: npm run bench -- [options]
+
+matrix (comma-separated lists):
+  --models LIST        shapes: ${SHAPES.join(', ')} (default: all)
+  --types LIST         ${TYPES.join(', ')} (default: all)
+  --threads LIST       compute threads (default: 1,2)
+  --engines LIST       sipllm, wllama (default: both)
+  --quick              --models smollm-135m --types Q8_0 --threads 2
+
+workload:
+  --prompt-tokens N    prompt length, BOS included (default 128)
+  --gen-tokens N       generated tokens, greedy (default 64)
+  --warm-runs N        warm generations after the cold one; the best counts
+                       (default 2; 0 with --mbps)
+  --context N          context length given to both engines (default 512)
+  --seed N             sampling seed (default 1; greedy sampling ignores it)
+
+network:
+  --mbps X             cap the model server at X MB/s (1 MB = 1e6 bytes): adds
+                       cold TTFT against the pure transfer time of the file
+  --latency-ms Y       delay every model response's headers by Y ms
+
+setup:
+  --build              rebuild the WebAssembly engine (scripts/build-wasm.sh),
+                       the package (web/dist) and the native CLI first
+  --wasm-dir DIR       serve SipLLM's WebAssembly build from DIR (a build tree's
+                       wasm-bindings/, holding sipllm-threaded.{js,wasm,worker.js})
+                       instead of web/wasm
+  --models-dir DIR     where the generated models live (default build/bench-models)
+  --vocab FILE         vocab GGUF for new models
+                       (default ../shared/models/llama.cpp-vocab/ggml-vocab-llama-spm.gguf)
+  --cli FILE           the native CLI (default $SIPLLM_CLI or build/native/engine/sipllm)
+  --chromium FILE      the browser (default $CHROMIUM or /usr/bin/chromium)
+  --browser-arg ARG    one more browser argument (repeatable), e.g. --js-flags=...
+  --timeout S          give up on one engine run after S seconds (default 1200)
+  --json FILE          where to write every figure (default build/bench/results-DATE.json)
+  --verbose            print the page's console
+`;
+
+// ---- Options --------------------------------------------------------------------------
+
+function parseOptions(argv) {
+  const o = {
+    models: SHAPES, types: TYPES, threads: [1, 2], engines: ['sipllm', 'wllama'],
+    promptTokens: 128, genTokens: 64, warmRuns: null, context: 512, seed: 1,
+    mbps: 0, latencyMs: 0, build: false, wasmDir: null,
+    modelsDir: join(repoRoot, 'build/bench-models'),
+    vocab: resolve(repoRoot, '../shared/models/llama.cpp-vocab/ggml-vocab-llama-spm.gguf'),
+    cli: process.env.SIPLLM_CLI ?? join(repoRoot, 'build/native/engine/sipllm'),
+    chromium: process.env.CHROMIUM ?? '/usr/bin/chromium',
+    timeoutS: 1200, json: null, verbose: false, browserArgs: [],
+  };
+  const list = (flag, value, allowed) => {
+    const items = value.split(',').map((s) => s.trim()).filter(Boolean);
+    if (items.length === 0) throw new Error(`${flag} needs at least one value`);
+    for (const item of items) {
+      if (allowed && !allowed.includes(item)) throw new Error(`${flag}: '${item}' is not one of ${allowed.join(', ')}`);
+    }
+    return items;
+  };
+  const count = (flag, value, min) => {
+    const n = Number(value);
+    if (!Number.isInteger(n) || n < min) throw new Error(`${flag} wants a whole number >= ${min}, got '${value}'`);
+    return n;
+  };
+  for (let i = 0; i < argv.length; ++i) {
+    // --flag=value is --flag value.
+    const eq = argv[i].startsWith('--') ? argv[i].indexOf('=') : -1;
+    const flag = eq > 0 ? argv[i].slice(0, eq) : argv[i];
+    const inline = eq > 0 ? argv[i].slice(eq + 1) : null;
+    const value = () => {
+      if (inline !== null) return inline;
+      if (i + 1 >= argv.length) throw new Error(`${flag} needs a value`);
+      return argv[++i];
+    };
+    switch (flag) {
+      case '--models': o.models = list(flag, value(), SHAPES); break;
+      case '--types': o.types = list(flag, value(), TYPES); break;
+      case '--threads': o.threads = list(flag, value()).map((t) => count(flag, t, 1)); break;
+      case '--engines': o.engines = list(flag, value(), ['sipllm', 'wllama']); break;
+      case '--quick': o.models = ['smollm-135m']; o.types = ['Q8_0']; o.threads = [2]; break;
+      case '--prompt-tokens': o.promptTokens = count(flag, value(), 2); break;
+      case '--gen-tokens': o.genTokens = count(flag, value(), 2); break;
+      case '--warm-runs': o.warmRuns = count(flag, value(), 0); break;
+      case '--context': o.context = count(flag, value(), 16); break;
+      case '--seed': o.seed = count(flag, value(), 0); break;
+      case '--mbps': {
+        const v = value();
+        o.mbps = Number(v);
+        if (!(o.mbps > 0)) throw new Error(`--mbps wants a number > 0, got '${v}'`);
+        break;
+      }
+      case '--latency-ms': o.latencyMs = count(flag, value(), 0); break;
+      case '--build': o.build = true; break;
+      case '--wasm-dir': o.wasmDir = resolve(value()); break;
+      case '--models-dir': o.modelsDir = resolve(value()); break;
+      case '--vocab': o.vocab = resolve(value()); break;
+      case '--cli': o.cli = resolve(value()); break;
+      case '--chromium': o.chromium = value(); break;
+      case '--browser-arg': o.browserArgs.push(value()); break;
+      case '--timeout': o.timeoutS = count(flag, value(), 1); break;
+      case '--json': o.json = resolve(value()); break;
+      case '--verbose': o.verbose = true; break;
+      case '--help': case '-h': process.stdout.write(USAGE); process.exit(0); break;
+      default: throw new Error(`unknown option '${flag}' (see --help)`);
+    }
+  }
+  if (o.warmRuns === null) o.warmRuns = o.mbps > 0 ? 0 : 2;
+  if (o.build && o.wasmDir !== null) throw new Error('--build rebuilds web/wasm, which --wasm-dir replaces: pass one of them');
+  if (o.context < o.promptTokens + o.genTokens) {
+    throw new Error(`--context ${o.context} cannot hold ${o.promptTokens} prompt + ${o.genTokens} generated tokens`);
+  }
+  return o;
+}
+
+// ---- Preparation ----------------------------------------------------------------------
+
+function run(command, args, what) {
+  console.log(`$ ${[command, ...args].join(' ')}`);
+  try {
+    execFileSync(command, args, { cwd: repoRoot, stdio: 'inherit' });
+  } catch (error) {
+    throw new Error(`${what} failed (${error.message.split('\n')[0]})`);
+  }
+}
+
+function newestMtime(path) {
+  if (!existsSync(path)) return 0;
+  const info = statSync(path);
+  if (!info.isDirectory()) return info.mtimeMs;
+  let newest = 0;
+  for (const entry of readdirSync(path)) newest = Math.max(newest, newestMtime(join(path, entry)));
+  return newest;
+}
+
+function buildCli(o) {
+  if (o.cli !== join(repoRoot, 'build/native/engine/sipllm')) {
+    throw new Error(`the native CLI ${o.cli} is missing`);
+  }
+  // The CLI alone: the tests of scripts/build-native.sh are not needed here.
+  run('cmake', ['-S', '.', '-B', 'build/native', '-G', 'Ninja', '-DCMAKE_BUILD_TYPE=Release'], 'configuring build/native');
+  run('cmake', ['--build', 'build/native', '--target', 'sipllm'], 'building the native CLI');
+}
+
+function prepareBuilds(o) {
+  if (o.build) {
+    run('scripts/build-wasm.sh', [], 'scripts/build-wasm.sh');
+    run('npm', ['run', 'build', '--workspace', 'web'], 'building web/dist');
+    if (existsSync(o.cli) && o.cli === join(repoRoot, 'build/native/engine/sipllm')) buildCli(o);
+  }
+  if (!existsSync(o.cli)) buildCli(o);
+  if (o.engines.includes('sipllm')) checkSipllmBuild(o);
+  const wllamaWasm = join(repoRoot, 'node_modules/@wllama/wllama/esm/wasm/wllama.wasm');
+  if (!existsSync(wllamaWasm) || !existsSync(join(repoRoot, 'node_modules/playwright-core'))) {
+    throw new Error('node_modules lacks @wllama/wllama or playwright-core: run npm install at the repository root');
+  }
+  if (!existsSync(o.chromium)) throw new Error(`no browser at ${o.chromium} (set --chromium or $CHROMIUM)`);
+}
+
+// The WebAssembly build and the package the page loads.
+function checkSipllmBuild(o) {
+  if (o.wasmDir !== null) {
+    for (const file of ['sipllm-threaded.js', 'sipllm-threaded.wasm', 'sipllm-threaded.worker.js']) {
+      if (!existsSync(join(o.wasmDir, file))) throw new Error(`--wasm-dir ${o.wasmDir} has no ${file}`);
+    }
+  }
+  const threadedWasm = join(o.wasmDir ?? join(repoRoot, 'web/wasm'), 'sipllm-threaded.wasm');
+  if (!existsSync(threadedWasm)) {
+    throw new Error('web/wasm/sipllm-threaded.wasm is missing: run scripts/build-wasm.sh (or pass --build)');
+  }
+  const sources = Math.max(...['engine/src', 'engine/include', 'wasm-bindings'].map((d) => newestMtime(join(repoRoot, d))));
+  if (sources > statSync(threadedWasm).mtimeMs) {
+    console.warn(`warning: ${relative(repoRoot, threadedWasm)} is older than engine/ or wasm-bindings/: the figures ` +
+                 'are of an earlier build' + (o.wasmDir === null ? ' (pass --build to rebuild it first)' : ''));
+  }
+  const dist = join(repoRoot, 'web/dist/index.js');
+  if (!existsSync(dist)) throw new Error('web/dist is missing: run npm run build:web (or pass --build)');
+  if (newestMtime(join(repoRoot, 'web/src')) > statSync(dist).mtimeMs) {
+    console.warn('warning: web/dist is older than web/src (pass --build, or run npm run build:web)');
+  }
+}
+
+function ensureModels(o) {
+  mkdirSync(o.modelsDir, { recursive: true });
+  const models = [];
+  for (const shape of o.models) {
+    for (const type of o.types) {
+      const path = join(o.modelsDir, `${shape}-${type}.gguf`);
+      if (!existsSync(path)) {
+        if (!existsSync(o.vocab)) throw new Error(`the vocab ${o.vocab} is missing (set --vocab)`);
+        run(o.cli, ['gen', '--shape', shape, '--type', type, '--vocab', o.vocab, '-o', path], `writing ${path}`);
+      }
+      models.push({ shape, type, path, file: basename(path), bytes: statSync(path).size });
+    }
+  }
+  return models;
+}
+
+// Plain text (no digits, no punctuation runs) that tokenizes alike everywhere.
+const PASSAGE = `The old lighthouse keeper climbed the narrow stairs every evening, carrying a lamp and a
+small notebook in which he wrote down the colour of the sea, the shape of the clouds and the names of
+the boats that passed the rocks before dark. Over the years the notebook became a long letter to
+nobody in particular, full of weather and patience. Children from the village sometimes followed him
+up to the gallery, where the wind was strong enough to lean on, and he would point out the gulls, the
+fishing nets drying on the harbour wall and the faint line where the water changed from green to deep
+blue. He told them that the light was not there to show the way home but to show where the danger
+was, and that a good sailor learns the difference early. In winter the storms came from the west and
+the whole tower hummed like a bell, yet the lamp kept turning, slow and steady, while the keeper sat
+by the stove mending sails for his neighbours and listening to the radio reports from distant ports.
+When the new automatic beacon was finally installed, he kept climbing the stairs anyway, because the
+sea still needed someone to watch it, and because the notebook was not yet finished.`;
+
+function tokenCount(o, model, text) {
+  let out;
+  try {
+    out = execFileSync(o.cli, ['tokenize', '-m', model, '-p', text], { encoding: 'utf8' });
+  } catch (error) {
+    throw new Error(`${o.cli} tokenize failed on ${model}: ${error.message.split('\n')[0]}`);
+  }
+  return out.trim().split(/\s+/).filter(Boolean).length;
+}
+
+// The longest run of whole words of PASSAGE (repeated as needed) that stays
+// within `target` tokens, then " and" (one token) until it is exactly there.
+function fitPrompt(o, model, target) {
+  const base = PASSAGE.split(/\s+/);
+  let words = base;
+  while (tokenCount(o, model, words.join(' ')) < target) words = words.concat(base);
+  let lo = 1;
+  let hi = words.length;  // count(lo words) <= target < count(hi words), unless lo is too long already
+  if (tokenCount(o, model, words[0]) > target) throw new Error(`--prompt-tokens ${target} is too short for a prompt`);
+  while (hi - lo > 1) {
+    const mid = (lo + hi) >> 1;
+    if (tokenCount(o, model, words.slice(0, mid).join(' ')) <= target) lo = mid;
+    else hi = mid;
+  }
+  let text = words.slice(0, lo).join(' ');
+  let n = tokenCount(o, model, text);
+  while (n < target) {
+    text += ' and';
+    n = tokenCount(o, model, text);
+  }
+  if (n !== target) throw new Error(`could not fit a prompt to exactly ${target} tokens (got ${n})`);
+  return text;
+}
+
+async function preparePrompts(o, models) {
+  const byVocab = new Map();
+  for (const model of models) {
+    const vocab = await readVocab(model.path);
+    let entry = byVocab.get(vocab.fingerprint);
+    if (entry === undefined) {
+      entry = { prompt: fitPrompt(o, model.path, o.promptTokens), ban: vocab.banned, vocab };
+      byVocab.set(vocab.fingerprint, entry);
+    }
+    model.prompt = entry.prompt;
+    model.ban = entry.ban;
+    model.vocab = `${vocab.model} ${vocab.size} tokens, ${vocab.banned.length} banned`;
+  }
+}
+
+// ---- The browser ------------------------------------------------------------------------
+
+function processTable() {
+  const table = new Map();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8');
+      table.set(Number(entry), { ppid, cmdline });
+    } catch {
+      // The process ended while we looked.
+    }
+  }
+  return table;
+}
+
+function statusField(pid, field) {
+  try {
+    const match = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return match ? Number(match[1]) * 1024 : null;
+  } catch {
+    return null;
+  }
+}
+
+// Peak resident set of the renderer processes of the browser this process
+// started (the page, its workers and their WebAssembly memory live in one).
+function rendererPeakBytes() {
+  const table = processTable();
+  const ours = new Set([process.pid]);
+  let grew = true;
+  while (grew) {
+    grew = false;
+    for (const [pid, { ppid }] of table) {
+      if (!ours.has(pid) && ours.has(ppid)) {
+        ours.add(pid);
+        grew = true;
+      }
+    }
+  }
+  let peak = null;
+  for (const pid of ours) {
+    if (!table.get(pid)?.cmdline.includes('--type=renderer')) continue;
+    const hwm = statusField(pid, 'VmHWM');
+    if (hwm !== null && (peak === null || hwm > peak)) peak = hwm;
+  }
+  return peak;
+}
+
+function withTimeout(promise, seconds, what) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} took more than ${seconds} s (see --timeout)`)), seconds * 1000);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+async function runInBrowser(o, pageUrl, engine, config, log) {
+  const browser = await chromium.launch({ executablePath: o.chromium, args: [...CHROMIUM_ARGS, ...o.browserArgs] });
+  try {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    page.on('console', (message) => {
+      const line = `  [page ${message.type()}] ${message.text()}`;
+      log.push(line);
+      if (o.verbose) console.log(line);
+    });
+    page.on('pageerror', (error) => log.push(`  [page error] ${error.message}`));
+    await page.goto(pageUrl);
+    await page.waitForFunction(() => globalThis.benchReady === true, null, { timeout: 60_000 });
+    const fn = engine === 'sipllm' ? 'benchSipllm' : 'benchWllama';
+    const result = await withTimeout(page.evaluate(([name, cfg]) => globalThis[name](cfg), [fn, config]),
+                                     o.timeoutS, `${engine} on ${basename(config.url)}`);
+    result.rendererPeakBytes = rendererPeakBytes();
+    result.browserVersion = browser.version();
+    return result;
+  } finally {
+    await browser.close();
+  }
+}
+
+// ---- Figures ------------------------------------------------------------------------------
+
+function generationFigures(g) {
+  if (!g || g.firstMs === null) return null;
+  const prefillMs = g.firstMs - g.callMs;
+  const decodeMs = g.lastMs - g.firstMs;
+  return {
+    prefillMs,
+    prefillTokS: g.promptTokens / (prefillMs / 1000),
+    decodeTokS: g.generatedTokens > 1 && decodeMs > 0 ? (g.generatedTokens - 1) / (decodeMs / 1000) : null,
+  };
+}
+
+function summarize(result) {
+  if (!result || result.error) return { error: result?.error ?? 'no result' };
+  const warm = (result.warm ?? []).map(generationFigures).filter(Boolean);
+  const best = (key) => (warm.length === 0 ? null : Math.max(...warm.map((w) => w[key] ?? 0)));
+  const cold = generationFigures(result.cold);
+  return {
+    loadMs: result.loadMs,
+    coldTtftMs: result.coldTtftMs,
+    coldPrefillTokS: cold?.prefillTokS ?? null,
+    coldDecodeTokS: cold?.decodeTokS ?? null,
+    prefillTokS: best('prefillTokS'),
+    // Decode counts the cold run too (every weight has arrived by then);
+    // prefill does not (SipLLM's cold prefill waits for the weights to
+    // arrive, wllama's ran after its download).
+    decodeTokS: Math.max(best('decodeTokS') ?? 0, cold?.decodeTokS ?? 0) || null,
+    peakBytes: result.rendererPeakBytes,
+    threads: result.threads ?? null,
+    promptTokens: result.cold?.promptTokens ?? null,
+    generatedTokens: result.cold?.generatedTokens ?? null,
+    warmPromptTokens: (result.warm ?? []).map((w) => w.promptTokens),
+    warmCachedTokens: (result.warm ?? []).map((w) => w.cachedTokens),
+    warmGeneratedTokens: (result.warm ?? []).map((w) => w.generatedTokens),
+    text: result.cold?.text ?? '',
+  };
+}
+
+const MiB = 1024 * 1024;
+const fmt = (v, digits = 0) => (v === null || v === undefined || !Number.isFinite(v) ? '–' : v.toFixed(digits));
+const ratio = (a, b) => (a === null || b === null || a === undefined || b === undefined || !(b > 0) ? null : a / b);
+const pair = (s, w, digits = 0) => `${fmt(s, digits)} / ${fmt(w, digits)}`;
+const tokS = (v) => fmt(v, v !== null && v !== undefined && v < 100 ? 1 : 0);
+
+function commonPrefix(a, b) {
+  let i = 0;
+  while (i < a.length && i < b.length && a[i] === b[i]) ++i;
+  return i;
+}
+
+function checkRow(o, row, notes) {
+  const label = `${row.model.shape} ${row.model.type} ${row.threads}t`;
+  for (const [engine, s] of [['SipLLM', row.s], ['wllama', row.w]]) {
+    if (!s) continue;
+    if (s.error) {
+      notes.push(`${label}: ${engine} failed: ${s.error}`);
+      continue;
+    }
+    if (s.threads !== row.threads) notes.push(`${label}: ${engine} ran with ${s.threads} threads, not ${row.threads}`);
+    const prompts = [s.promptTokens, ...s.warmPromptTokens];
+    if (prompts.some((n) => n !== o.promptTokens)) {
+      notes.push(`${label}: ${engine} processed ${prompts.join(', ')} prompt tokens, not ${o.promptTokens}`);
+    }
+    if (s.warmCachedTokens.some((n) => n !== 0 && n !== null)) {
+      notes.push(`${label}: ${engine} reused ${s.warmCachedTokens.join(', ')} cached prompt tokens in the warm runs`);
+    }
+    const generated = [s.generatedTokens, ...s.warmGeneratedTokens];
+    if (generated.some((n) => n !== o.genTokens)) {
+      notes.push(`${label}: ${engine} generated ${generated.join(', ')} tokens, not ${o.genTokens}`);
+    }
+  }
+}
+
+function printTables(o, rows, meta) {
+  const out = [];
+  out.push('');
+  out.push(`SipLLM / wllama ${meta.wllamaVersion} in ${meta.browser}, ${meta.cores} cores; ` +
+           `${o.promptTokens}-token prompt, ${o.genTokens} greedy tokens, context ${o.context}; ` +
+           `models served ${o.mbps > 0 ? `at ${o.mbps} MB/s` : 'uncapped'} from localhost` +
+           `${o.latencyMs > 0 ? ` with ${o.latencyMs} ms latency` : ''}; ${meta.date}`);
+  out.push('Each cell: SipLLM / wllama; ×: SipLLM ÷ wllama. ' +
+           (o.warmRuns > 0
+             ? `Prefill: best of ${o.warmRuns} warm run${o.warmRuns === 1 ? '' : 's'}; decode: best of all ${o.warmRuns + 1} runs`
+             : 'No warm runs: decode from the cold run, no prefill') +
+           '; peak: the renderer process\'s peak RSS.');
+  const vocabs = [...new Set(rows.map((r) => r.model.vocab))];
+  out.push(`Greedy; both engines get the same text and the same banned tokens (byte, control, EOS): ${vocabs.join('; ')}.`);
+  out.push('');
+  out.push('| model | type | MiB | thr | load ms | cold TTFT ms | × (≤0.5) | prefill tok/s | × (≥5) | ' +
+           'decode tok/s | × (≥2.5) | peak MiB | prompt tok | gen tok | same text |');
+  out.push('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
+  const notes = [];
+  const tally = { decode: [0, 0], prefill: [0, 0], coldTtft: [0, 0] };
+  for (const row of rows) {
+    const s = row.s && !row.s.error ? row.s : {};
+    const w = row.w && !row.w.error ? row.w : {};
+    const ttftRatio = ratio(s.coldTtftMs, w.coldTtftMs);
+    const prefillRatio = ratio(s.prefillTokS, w.prefillTokS);
+    const decodeRatio = ratio(s.decodeTokS, w.decodeTokS);
+    const count = (key, value, met) => {
+      if (value === null) return;
+      tally[key][1] += 1;
+      if (met) tally[key][0] += 1;
+    };
+    count('coldTtft', ttftRatio, ttftRatio !== null && ttftRatio <= TARGETS.coldTtft);
+    count('prefill', prefillRatio, prefillRatio !== null && prefillRatio >= TARGETS.prefill);
+    count('decode', decodeRatio, decodeRatio !== null && decodeRatio >= TARGETS.decode);
+    let same = '–';
+    if (s.text !== undefined && w.text !== undefined) {
+      const n = commonPrefix(s.text, w.text);
+      same = n === s.text.length && n === w.text.length ? 'yes' : `${n} of ${Math.max(s.text.length, w.text.length)} ch`;
+    }
+    const cellError = (r) => (r?.error ? 'error' : null);
+    out.push(`| ${row.model.shape} | ${row.model.type} | ${fmt(row.model.bytes / MiB)} | ${row.threads} | ` +
+             `${cellError(row.s) ?? fmt(s.loadMs)} / ${cellError(row.w) ?? fmt(w.loadMs)} | ` +
+             `${pair(s.coldTtftMs, w.coldTtftMs)} | ${fmt(ttftRatio, 2)} | ` +
+             `${tokS(s.prefillTokS)} / ${tokS(w.prefillTokS)} | ${fmt(prefillRatio, 1)} | ` +
+             `${tokS(s.decodeTokS)} / ${tokS(w.decodeTokS)} | ${fmt(decodeRatio, 2)} | ` +
+             `${pair(s.peakBytes / MiB, w.peakBytes / MiB)} | ${pair(s.promptTokens, w.promptTokens)} | ` +
+             `${pair(s.generatedTokens, w.generatedTokens)} | ${same} |`);
+    checkRow(o, row, notes);
+  }
+  out.push('');
+  const verdict = (key, text) => {
+    const [met, of] = tally[key];
+    return `${text}: ${of === 0 ? 'not measured' : `met in ${met} of ${of} rows`}`;
+  };
+  out.push(`Targets: ${verdict('decode', `decode ≥ ${TARGETS.decode}×`)}; ${verdict('prefill', `prefill ≥ ${TARGETS.prefill}×`)}; ` +
+           `${verdict('coldTtft', `cold TTFT ≤ ${TARGETS.coldTtft}× wllama's`)}.`);
+
+  if (o.mbps > 0) {
+    out.push('');
+    out.push(`Cold time to first token behind a ${o.mbps} MB/s link, against the pure transfer time of the file ` +
+             '(target for SipLLM: ≤ 1.2× transfer, prefill running while blocks arrive).');
+    out.push('');
+    out.push('| model | type | MB | thr | transfer s | SipLLM TTFT s | ÷ transfer | wllama TTFT s | ÷ transfer | SipLLM ÷ wllama |');
+    out.push('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|');
+    for (const row of rows) {
+      const s = row.s && !row.s.error ? row.s : {};
+      const w = row.w && !row.w.error ? row.w : {};
+      const transferS = row.model.bytes / (o.mbps * 1e6);
+      const sS = s.coldTtftMs !== undefined ? s.coldTtftMs / 1000 : null;
+      const wS = w.coldTtftMs !== undefined ? w.coldTtftMs / 1000 : null;
+      out.push(`| ${row.model.shape} | ${row.model.type} | ${fmt(row.model.bytes / 1e6)} | ${row.threads} | ` +
+               `${fmt(transferS, 2)} | ${fmt(sS, 2)} | ${fmt(ratio(sS, transferS), 2)} | ${fmt(wS, 2)} | ` +
+               `${fmt(ratio(wS, transferS), 2)} | ${fmt(ratio(sS, wS), 2)} |`);
+    }
+  }
+  if (notes.length > 0) {
+    out.push('');
+    out.push('Notes:');
+    for (const note of notes) out.push(`- ${note}`);
+  }
+  out.push('');
+  console.log(out.join('\n'));
+  return out.join('\n');
+}
+
+// ---- Main -----------------------------------------------------------------------------------
+
+async function main() {
+  let o;
+  try {
+    o = parseOptions(process.argv.slice(2));
+  } catch (error) {
+    console.error(`bench: ${error.message}`);
+    process.exit(2);
+  }
+  prepareBuilds(o);
+  const models = ensureModels(o);
+  await preparePrompts(o, models);
+
+  const pageServer = await startRangeServer({
+    mounts: [
+      { prefix: '/bench', dir: join(repoRoot, 'scripts/bench/page') },
+      { prefix: '/web', dir: join(repoRoot, 'web') },
+      { prefix: '/node_modules', dir: join(repoRoot, 'node_modules') },
+      ...(o.wasmDir === null ? [] : [{ prefix: '/sipllm-wasm', dir: o.wasmDir }]),
+    ],
+  });
+  const modelServer = await startRangeServer({ root: o.modelsDir, mbps: o.mbps, latencyMs: o.latencyMs });
+  const pageUrl = `${pageServer.url}/bench/index.html`;
+  const wllamaVersion = JSON.parse(readFileSync(join(repoRoot, 'node_modules/@wllama/wllama/package.json'), 'utf8')).version;
+  const meta = { wllamaVersion, browser: 'Chromium', cores: null, date: new Date().toISOString() };
+
+  const rows = [];
+  const log = [];
+  const total = models.length * o.threads.length * o.engines.length;
+  let done = 0;
+  try {
+    for (const model of models) {
+      for (const threads of o.threads) {
+        const row = { model, threads, s: null, w: null, raw: {} };
+        for (const engine of o.engines) {
+          done += 1;
+          const label = `[${done}/${total}] ${model.shape} ${model.type} ${threads}t ${engine}`;
+          process.stdout.write(`${label}: `);
+          const config = {
+            url: `${modelServer.url}/${model.file}`, threads, prompt: model.prompt, maxTokens: o.genTokens,
+            ban: model.ban, contextLength: o.context, warmRuns: o.warmRuns, seed: o.seed,
+            sipllmWasmBase: o.wasmDir === null ? null : '/sipllm-wasm/',
+          };
+          log.push(label);
+          let result;
+          try {
+            result = await runInBrowser(o, pageUrl, engine, config, log);
+          } catch (error) {
+            result = { error: error.message.split('\n')[0] };
+          }
+          if (result.browserVersion) meta.browser = `Chromium ${result.browserVersion}`;
+          if (result.cores) meta.cores = result.cores;
+          if (result.crossOriginIsolated === false) result.error ??= 'the bench page was not cross-origin isolated';
+          const summary = summarize(result);
+          row.raw[engine] = result;
+          if (engine === 'sipllm') row.s = summary;
+          else row.w = summary;
+          console.log(summary.error
+            ? `error: ${summary.error}`
+            : `load ${fmt(summary.loadMs)} ms, cold TTFT ${fmt(summary.coldTtftMs)} ms, ` +
+              `prefill ${tokS(summary.prefillTokS)} tok/s, decode ${tokS(summary.decodeTokS)} tok/s` +
+              `${o.warmRuns === 0 ? ' (cold)' : ''}, peak ${fmt(summary.peakBytes / MiB)} MiB` +
+              `${result.heapBytes ? ` (WebAssembly heap ${fmt(result.heapBytes / MiB)} MiB)` : ''}, ` +
+              `${summary.promptTokens} prompt / ${summary.generatedTokens} generated tokens`);
+        }
+        rows.push(row);
+      }
+    }
+  } finally {
+    await pageServer.close();
+    await modelServer.close();
+  }
+
+  const table = printTables(o, rows, meta);
+  const jsonPath = o.json ?? join(repoRoot, 'build/bench', `results-${meta.date.replace(/[:.]/g, '-')}.json`);
+  mkdirSync(dirname(jsonPath), { recursive: true });
+  writeFileSync(jsonPath, JSON.stringify({
+    options: {
+      ...o, modelsDir: relative(repoRoot, o.modelsDir), cli: relative(repoRoot, o.cli), vocab: relative(repoRoot, o.vocab),
+      wasmDir: o.wasmDir === null ? null : relative(repoRoot, o.wasmDir),
+    },
+    meta,
+    table,
+    rows: rows.map((r) => ({
+      model: { shape: r.model.shape, type: r.model.type, file: r.model.file, bytes: r.model.bytes, vocab: r.model.vocab },
+      threads: r.threads, sipllm: r.s, wllama: r.w, raw: r.raw,
+    })),
+    prompt: models[0]?.prompt,
+    pageLog: log,
+  }, null, 1));
+  console.log(`figures: ${relative(process.cwd(), jsonPath)}`);
+}
+
+main().catch((error) => {
+  console.error(`bench: ${error.message}`);
+  process.exit(1);
+});
