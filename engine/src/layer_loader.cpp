@@ -280,6 +280,18 @@ bool LayerLoader::next_job(int* unit, Slot** slot) {
   return false;
 }
 
+void LayerLoader::mark_loaded(int unit, Slot& slot) {
+  slot.state = SlotState::kReady;
+  UnitCounters& c = stats_.units[static_cast<size_t>(unit)];
+  ++c.loads;
+  c.io_ms += slot.io_end - slot.io_start;
+  c.prepare_ms += slot.prepare_end - slot.io_end;
+  stats_.io_ms += slot.io_end - slot.io_start;
+  stats_.prepare_ms += slot.prepare_end - slot.io_end;
+  stats_.bytes_read += plans_[static_cast<size_t>(unit)].read_bytes;
+  ++stats_.units_loaded;
+}
+
 void LayerLoader::worker_loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
@@ -315,15 +327,7 @@ void LayerLoader::worker_loop() {
       slot->error_kind = kind;
       halted_ = true;  // no more prefetching until the compute thread asks again
     } else {
-      slot->state = SlotState::kReady;
-      UnitCounters& c = stats_.units[static_cast<size_t>(unit)];
-      ++c.loads;
-      c.io_ms += slot->io_end - slot->io_start;
-      c.prepare_ms += slot->prepare_end - slot->io_end;
-      stats_.io_ms += slot->io_end - slot->io_start;
-      stats_.prepare_ms += slot->prepare_end - slot->io_end;
-      stats_.bytes_read += plans_[static_cast<size_t>(unit)].read_bytes;
-      ++stats_.units_loaded;
+      mark_loaded(unit, *slot);
     }
     changed_.notify_all();
   }
@@ -381,15 +385,7 @@ const UnitView& LayerLoader::acquire(int unit) {
       throw;
     }
     lock.lock();
-    slot->state = SlotState::kReady;
-    UnitCounters& c = stats_.units[static_cast<size_t>(unit)];
-    ++c.loads;
-    c.io_ms += slot->io_end - slot->io_start;
-    c.prepare_ms += slot->prepare_end - slot->io_end;
-    stats_.io_ms += slot->io_end - slot->io_start;
-    stats_.prepare_ms += slot->prepare_end - slot->io_end;
-    stats_.bytes_read += plan.read_bytes;
-    ++stats_.units_loaded;
+    mark_loaded(unit, *slot);
   } else if (!hit) {
     changed_.wait(lock, [&] {
       if (cancelled_) return true;

@@ -122,6 +122,8 @@ class LayerLoader {
   void choose_residency(const LoaderOptions& options);
   // Reads and prepares `unit` into `slot` (which the caller owns meanwhile).
   void load_into(int unit, Slot& slot);
+  // Under mutex_: `slot` now holds `unit`, ready; adds its load to the stats.
+  void mark_loaded(int unit, Slot& slot);
   void worker_loop();
   // Under mutex_: the next (unit, slot) the worker should load, or false.
   bool next_job(int* unit, Slot** slot);

@@ -10,6 +10,7 @@
 #include "tokenizer.h"
 
 #include <algorithm>
+#include <optional>
 #include <queue>
 #include <unordered_map>
 
@@ -61,6 +62,71 @@ constexpr std::string_view kEndOfGenerationTexts[] = {
 };
 
 bool is_c_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+// The merge loop both BPE flavours share. `text` starts as consecutive spans
+// of `lengths` bytes; the adjacent pair with the highest priority (the
+// leftmost on ties) joins, again and again, until no pair may. `priority`
+// returns std::nullopt for a pair that may not join. Returns the final spans.
+template <class Priority>
+std::vector<std::string_view> merge_adjacent(std::string_view text, const std::vector<size_t>& lengths,
+                                             const Priority& priority) {
+  struct Symbol {
+    size_t begin;
+    size_t length;  // 0 once merged into its left neighbour
+    int prev;
+    int next;
+  };
+  struct Pair {
+    int left;
+    int right;
+    double priority;
+    size_t length;  // of the joined text; tells a stale entry apart
+  };
+  struct LowerPriority {
+    bool operator()(const Pair& a, const Pair& b) const {
+      return a.priority < b.priority || (a.priority == b.priority && a.left > b.left);
+    }
+  };
+
+  if (lengths.empty()) return {};
+  std::vector<Symbol> symbols;
+  symbols.reserve(lengths.size());
+  size_t offset = 0;
+  for (size_t length : lengths) {
+    const int index = static_cast<int>(symbols.size());
+    symbols.push_back({offset, length, index - 1, index + 1});
+    offset += length;
+  }
+  symbols.back().next = -1;
+  const auto text_of = [&](const Symbol& s) { return text.substr(s.begin, s.length); };
+
+  std::priority_queue<Pair, std::vector<Pair>, LowerPriority> queue;
+  const auto try_add = [&](int left, int right) {
+    if (left < 0 || right < 0) return;
+    const std::optional<double> p = priority(text_of(symbols[left]), text_of(symbols[right]));
+    if (p) queue.push({left, right, *p, symbols[left].length + symbols[right].length});
+  };
+  for (size_t i = 1; i < symbols.size(); ++i) try_add(static_cast<int>(i) - 1, static_cast<int>(i));
+
+  while (!queue.empty()) {
+    const Pair pair = queue.top();
+    queue.pop();
+    Symbol& left = symbols[pair.left];
+    Symbol& right = symbols[pair.right];
+    // Skip a pair whose side was merged away or has grown since it was queued.
+    if (left.length == 0 || right.length == 0 || left.length + right.length != pair.length) continue;
+    left.length += right.length;
+    right.length = 0;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = pair.left;
+    try_add(left.prev, pair.left);
+    try_add(pair.left, left.next);
+  }
+
+  std::vector<std::string_view> spans;
+  for (int i = 0; i != -1; i = symbols[i].next) spans.push_back(text_of(symbols[i]));
+  return spans;
+}
 
 std::string lowercase_ascii(std::string text) {
   for (char& c : text) {
@@ -404,71 +470,26 @@ class SentencePieceTokenizer final : public VocabularyTokenizer {
   std::string kind() const override { return "llama (SentencePiece BPE)"; }
 
  private:
-  struct Symbol {
-    size_t begin;   // byte offset into the piece
-    size_t length;  // 0 once merged into its left neighbour
-    int prev;
-    int next;
-  };
-
-  struct Bigram {
-    int left;
-    int right;
-    float score;
-    size_t length;  // of the merged text; tells a stale entry apart
-  };
-
-  // Highest score first; on equal scores the leftmost pair.
-  struct LowerPriority {
-    bool operator()(const Bigram& a, const Bigram& b) const {
-      return a.score < b.score || (a.score == b.score && a.left > b.left);
-    }
-  };
-
   void encode_piece(std::string_view piece, std::vector<int32_t>* ids) const {
     if (piece.empty()) return;
     // Start from characters. A byte that is not valid UTF-8 is a character of
     // its own (llama.cpp sizes characters by the lead byte alone, which lets a
     // bad byte swallow the "▁" after it); for valid text both agree.
-    std::vector<Symbol> symbols;
-    symbols.reserve(piece.size());
-    size_t offset = 0;
-    while (offset < piece.size()) {
+    std::vector<size_t> lengths;
+    lengths.reserve(piece.size());
+    for (size_t offset = 0; offset < piece.size(); offset += lengths.back()) {
       uint32_t code_point = 0;
-      const size_t length = unicode::decode_utf8(piece, offset, &code_point);
-      const int index = static_cast<int>(symbols.size());
-      symbols.push_back({offset, length, index - 1, offset + length == piece.size() ? -1 : index + 1});
-      offset += length;
+      lengths.push_back(unicode::decode_utf8(piece, offset, &code_point));
     }
-
-    std::priority_queue<Bigram, std::vector<Bigram>, LowerPriority> queue;
-    const auto try_add = [&](int left, int right) {
-      if (left < 0 || right < 0) return;
-      const size_t length = symbols[left].length + symbols[right].length;
-      const int32_t id = find_text_token(piece.substr(symbols[left].begin, length));
-      if (id < 0) return;
-      queue.push({left, right, scores_[static_cast<size_t>(id)], length});
+    // A pair joins when the vocabulary has the joined text; the higher its
+    // score, the sooner.
+    const auto score_of_join = [&](std::string_view left, std::string_view right) -> std::optional<double> {
+      const int32_t id = find_text_token(std::string_view(left.data(), left.size() + right.size()));
+      if (id < 0) return std::nullopt;
+      return scores_[static_cast<size_t>(id)];
     };
-    for (size_t i = 1; i < symbols.size(); ++i) try_add(static_cast<int>(i) - 1, static_cast<int>(i));
 
-    while (!queue.empty()) {
-      const Bigram bigram = queue.top();
-      queue.pop();
-      Symbol& left = symbols[bigram.left];
-      Symbol& right = symbols[bigram.right];
-      // Skip a pair whose side was merged away or has grown since it was queued.
-      if (left.length == 0 || right.length == 0 || left.length + right.length != bigram.length) continue;
-      left.length += right.length;
-      right.length = 0;
-      left.next = right.next;
-      if (right.next >= 0) symbols[right.next].prev = bigram.left;
-      try_add(left.prev, bigram.left);
-      try_add(bigram.left, left.next);
-    }
-
-    for (int i = 0; i != -1; i = symbols[i].next) {
-      const Symbol& symbol = symbols[i];
-      const std::string_view text = piece.substr(symbol.begin, symbol.length);
+    for (const std::string_view text : merge_adjacent(piece, lengths, score_of_join)) {
       const int32_t id = find_text_token(text);
       if (id >= 0) {
         ids->push_back(id);
@@ -576,27 +597,6 @@ class ByteLevelBpeTokenizer final : public VocabularyTokenizer {
   }
 
  private:
-  struct Symbol {
-    size_t begin;
-    size_t length;  // 0 once merged into its left neighbour
-    int prev;
-    int next;
-  };
-
-  struct Bigram {
-    int left;
-    int right;
-    int32_t rank;
-    size_t length;
-  };
-
-  // Lowest rank first; on equal ranks the leftmost pair.
-  struct LowerPriority {
-    bool operator()(const Bigram& a, const Bigram& b) const {
-      return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
-    }
-  };
-
   // tokenizer.ggml.pre -> llama.cpp's regex list (and its per-model flags).
   void configure_pre_tokenizer(const std::string& pre) {
     using unicode::PreTokenizer;
@@ -675,43 +675,20 @@ class ByteLevelBpeTokenizer final : public VocabularyTokenizer {
         return;
       }
     }
-    std::vector<Symbol> symbols;
-    symbols.reserve(word.size());
-    size_t offset = 0;
-    while (offset < word.size()) {
-      const size_t length = std::min(unicode::utf8_sequence_length(static_cast<uint8_t>(word[offset])),
-                                     word.size() - offset);
-      const int index = static_cast<int>(symbols.size());
-      symbols.push_back({offset, length, index - 1, offset + length == word.size() ? -1 : index + 1});
-      offset += length;
+    std::vector<size_t> lengths;
+    lengths.reserve(word.size());
+    for (size_t offset = 0; offset < word.size(); offset += lengths.back()) {
+      lengths.push_back(
+          std::min(unicode::utf8_sequence_length(static_cast<uint8_t>(word[offset])), word.size() - offset));
     }
-    const auto text_of = [&](const Symbol& s) { return std::string_view(word).substr(s.begin, s.length); };
-
-    std::priority_queue<Bigram, std::vector<Bigram>, LowerPriority> queue;
-    const auto try_add = [&](int left, int right) {
-      if (left < 0 || right < 0) return;
-      const int32_t rank = find_rank(text_of(symbols[left]), text_of(symbols[right]), key);
-      if (rank < 0) return;
-      queue.push({left, right, rank, symbols[left].length + symbols[right].length});
+    // A pair joins when the merge list has it; the lower its rank, the sooner.
+    const auto rank_of_join = [&](std::string_view left, std::string_view right) -> std::optional<double> {
+      const int32_t rank = find_rank(left, right, key);
+      if (rank < 0) return std::nullopt;
+      return -static_cast<double>(rank);
     };
-    for (size_t i = 1; i < symbols.size(); ++i) try_add(static_cast<int>(i) - 1, static_cast<int>(i));
 
-    while (!queue.empty()) {
-      const Bigram bigram = queue.top();
-      queue.pop();
-      Symbol& left = symbols[bigram.left];
-      Symbol& right = symbols[bigram.right];
-      if (left.length == 0 || right.length == 0 || left.length + right.length != bigram.length) continue;
-      left.length += right.length;
-      right.length = 0;
-      left.next = right.next;
-      if (right.next >= 0) symbols[right.next].prev = bigram.left;
-      try_add(left.prev, bigram.left);
-      try_add(bigram.left, left.next);
-    }
-
-    for (int i = 0; i != -1; i = symbols[i].next) {
-      const std::string_view text = text_of(symbols[i]);
+    for (const std::string_view text : merge_adjacent(word, lengths, rank_of_join)) {
       const int32_t id = find_text_token(text);
       if (id >= 0) {
         ids->push_back(id);

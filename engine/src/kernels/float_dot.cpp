@@ -10,6 +10,7 @@
 
 #include "half.h"
 #include "kernels/quant_dot.h"
+#include "kernels/row_tiles.h"
 #include "kernels/simd.h"
 
 namespace sipllm {
@@ -39,7 +40,7 @@ struct BF16Format {
 };
 
 template <class F, int kPositions>
-void dot_rows4(const uint8_t* const row[4], int cols, const float* x, int p0, float out[kPositions][4]) {
+void dot_rows4(const uint8_t* const row[4], int cols, const float* x, int p0, v128_t* out) {
   const int cols4 = cols & ~3;
   v128_t acc[kPositions][4];
   for (int j = 0; j < kPositions; ++j) {
@@ -54,39 +55,25 @@ void dot_rows4(const uint8_t* const row[4], int cols, const float* x, int p0, fl
     }
   }
   for (int j = 0; j < kPositions; ++j) {
-    wasm_v128_store(out[j], simd::transpose_sum_f32(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
+    out[j] = simd::transpose_sum_f32(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+    if (cols4 == cols) continue;
+    alignas(16) float lanes[4];
+    wasm_v128_store(lanes, out[j]);
     const float* xp = x + static_cast<size_t>(p0 + j) * static_cast<size_t>(cols);
     for (int k = cols4; k < cols; ++k) {
-      for (int i = 0; i < 4; ++i) out[j][i] = out[j][i] + F::at(row[i], k) * xp[k];
+      for (int i = 0; i < 4; ++i) lanes[i] = lanes[i] + F::at(row[i], k) * xp[k];
     }
+    out[j] = wasm_v128_load(lanes);
   }
 }
 
 template <class F>
 void rows_simd(const WeightMatrix& w, int row_begin, int row_end, const ActivationView& x, float* y,
                size_t y_stride) {
-  constexpr int kTile = 2;
-  const uint8_t* matrix_end = w.data + static_cast<size_t>(w.rows) * w.row_bytes;
-  simd::prefetch_run_start(w.data + static_cast<size_t>(row_begin) * w.row_bytes, w.row_bytes, matrix_end);
-  for (int r = row_begin; r < row_end; r += 4) {
-    const int valid = row_end - r < 4 ? row_end - r : 4;
-    const uint8_t* row[4];
-    for (int i = 0; i < 4; ++i) row[i] = w.data + static_cast<size_t>(r + (i < valid ? i : valid - 1)) * w.row_bytes;
-    simd::prefetch_rows(row[0], w.row_bytes, matrix_end);
-    int p = 0;
-    for (; p + kTile <= x.n_positions; p += kTile) {
-      alignas(16) float out[kTile][4];
-      dot_rows4<F, kTile>(row, w.cols, x.f32, p, out);
-      for (int j = 0; j < kTile; ++j) {
-        for (int i = 0; i < valid; ++i) y[static_cast<size_t>(p + j) * y_stride + static_cast<size_t>(r + i)] = out[j][i];
-      }
-    }
-    for (; p < x.n_positions; ++p) {
-      alignas(16) float out[1][4];
-      dot_rows4<F, 1>(row, w.cols, x.f32, p, out);
-      for (int i = 0; i < valid; ++i) y[static_cast<size_t>(p) * y_stride + static_cast<size_t>(r + i)] = out[0][i];
-    }
-  }
+  for_each_row_tile<2>(
+      w, row_begin, row_end, x.n_positions, y, y_stride,
+      [&](const uint8_t* const row[4], int p, v128_t* acc) { dot_rows4<F, 2>(row, w.cols, x.f32, p, acc); },
+      [&](const uint8_t* const row[4], int p, v128_t* acc) { dot_rows4<F, 1>(row, w.cols, x.f32, p, acc); });
 }
 
 template <class F>

@@ -1,4 +1,4 @@
-// The loop every integer matrix-product kernel shares: rows in groups of four
+// The loop every matrix-product kernel shares: rows in groups of four
 // (one per SIMD lane, the last group padded by repeating its last row, whose
 // extra lanes are never stored) and positions in tiles, so that each weight
 // block, once loaded, serves several positions.
