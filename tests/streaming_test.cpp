@@ -355,24 +355,57 @@ TEST(Streaming, RingUnderRandomLatenciesMatchesSync) {
   const std::string expected = test::generate_text(*reference, std::vector<int32_t>{1, 50, 60, 70}, test::greedy(24));
   for (int buffers : {1, 2, 3, 5}) {
     for (uint64_t seed : {1u, 2u, 3u}) {
-      ThrottleOptions t;
-      t.latency_ms = 0.5;
-      t.jitter = 1.0;
-      t.seed = seed;
-      EngineOptions options;
-      options.loader.n_buffers = buffers;
-      options.loader.memory_budget = 0;
-      options.loader.read_chunk_bytes = 1 << 16;
-      auto engine = Engine::open(make_throttled_source(make_memory_source(bytes), t), options);
-      EXPECT_EQ(test::generate_text(*engine, std::vector<int32_t>{1, 50, 60, 70}, test::greedy(24)), expected)
-          << buffers << " buffers, seed " << seed;
+      for (int load_threads : {1, 3}) {
+        ThrottleOptions t;
+        t.latency_ms = 0.5;
+        t.jitter = 1.0;
+        t.seed = seed;
+        EngineOptions options;
+        options.loader.n_buffers = buffers;
+        options.loader.load_threads = load_threads;
+        options.loader.memory_budget = 0;
+        options.loader.read_chunk_bytes = 1 << 16;
+        auto engine = Engine::open(make_throttled_source(make_memory_source(bytes), t), options);
+        EXPECT_EQ(engine->loader_stats().load_threads, load_threads);
+        EXPECT_EQ(test::generate_text(*engine, std::vector<int32_t>{1, 50, 60, 70}, test::greedy(24)), expected)
+            << buffers << " buffers, " << load_threads << " load threads, seed " << seed;
+      }
     }
+  }
+}
+
+// Unless told, the loader reads as many units side by side as the source
+// asks for: one from memory or a file, two where reads wait (a throttle, the
+// network); none in sync mode, where the compute thread reads.
+TEST(Streaming, LoadThreadsFollowTheSourceUnlessSet) {
+  const std::vector<uint8_t> bytes = test::random_llama_bytes("tiny", TensorType::kQ8_0);
+  EngineOptions options;
+  options.loader.memory_budget = 0;
+  EXPECT_EQ(Engine::open(make_memory_source(bytes), options)->loader_stats().load_threads, 1);
+  EXPECT_EQ(Engine::open(make_throttled_source(make_memory_source(bytes), ThrottleOptions{}), options)
+                ->loader_stats()
+                .load_threads,
+            2);
+  options.loader.load_threads = 3;
+  EXPECT_EQ(Engine::open(make_memory_source(bytes), options)->loader_stats().load_threads, 3);
+  options.loader.mode = LoaderMode::kSync;
+  EXPECT_EQ(Engine::open(make_memory_source(bytes), options)->loader_stats().load_threads, 0);
+  options.loader.mode = LoaderMode::kRing;
+  options.loader.load_threads = -1;
+  try {
+    Engine::open(make_memory_source(bytes), options);
+    FAIL() << "a negative load_threads was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("load_threads"), std::string::npos) << e.what();
   }
 }
 
 // Drives the loader directly in orders the transformer never uses, with
 // wrong announcements, and checks every acquired unit holds the file's bytes.
-TEST(LoaderStress, RandomOrdersAndWrongAnnouncementsAlwaysYieldTheRightBytes) {
+class LoaderStress : public ::testing::TestWithParam<int> {};
+
+TEST_P(LoaderStress, RandomOrdersAndWrongAnnouncementsAlwaysYieldTheRightBytes) {
   const std::vector<uint8_t> bytes = test::random_llama_bytes("tiny", TensorType::kQ4_0, 3);
   auto inner = make_memory_source(bytes);
   const GgufFile file = GgufFile::parse(*inner);
@@ -383,6 +416,7 @@ TEST(LoaderStress, RandomOrdersAndWrongAnnouncementsAlwaysYieldTheRightBytes) {
   auto source = make_throttled_source(make_memory_source(bytes), t);
   LoaderOptions options;
   options.n_buffers = 3;
+  options.load_threads = GetParam();
   options.memory_budget = 0;
   options.read_chunk_bytes = 1 << 16;
   LayerLoader loader(*source, layout, options);
@@ -409,6 +443,11 @@ TEST(LoaderStress, RandomOrdersAndWrongAnnouncementsAlwaysYieldTheRightBytes) {
     loader.release(unit);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(LoadThreads, LoaderStress, ::testing::Values(1, 2, 3),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::to_string(info.param) + "_load_threads";
+                         });
 
 TEST(Streaming, CancellationMidStreamReturnsAndTheEngineStaysUsable) {
   const std::vector<uint8_t> bytes = test::random_llama_bytes("tiny", TensorType::kF32);

@@ -169,6 +169,7 @@ val loader_stats_object(const LoaderStats& s) {
   o.set("peakWeightBytes", static_cast<double>(s.peak_weight_bytes));
   o.set("residentUnits", s.resident_units);
   o.set("streamedUnits", s.streamed_units);
+  o.set("loadThreads", s.load_threads);
   val units = val::array();
   for (size_t i = 0; i < s.units.size(); ++i) {
     const UnitCounters& c = s.units[i];

@@ -36,6 +36,7 @@ class ReportingSource final : public WeightSource {
   }
 
   void header_done() override { inner_->header_done(); }
+  int parallel_reads() const override { return inner_->parallel_reads(); }
 
  private:
   std::unique_ptr<WeightSource> inner_;

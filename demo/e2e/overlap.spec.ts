@@ -71,26 +71,28 @@ test('prefill computes each block while the next one is still arriving', async (
   const before = await requestsSettled(page);
   await startCompletion(page, PROMPT);
   await expect(page.locator('#progress-bar')).toHaveAttribute('data-phase', 'weights');
-  await expect(page.locator('#units .unit[data-state="streaming"]')).toHaveCount(1);
+  await expect(page.locator('#units .unit[data-state="streaming"]').first()).toBeVisible();
   await page.screenshot({ path: testInfo.outputPath('overlap-streaming.png'), fullPage: true });
   expect(await requestSettled(page, before), await page.locator('#error').innerText()).toBe('done');
   await expect(page.locator('#progress-bar')).toHaveAttribute('data-phase', 'ready');
   await expect(page.locator('#units .unit[data-state="resident"]')).toHaveCount(36);
   await page.screenshot({ path: testInfo.outputPath('overlap-timeline.png'), fullPage: true });
 
-  // Render by render: the blocks arrived in stream order, one streaming at a
-  // time right after those that had arrived, and never went back; the map
-  // showed blocks arrived and blocks still to come while the request ran,
-  // before its first token.
+  // Render by render: the blocks were fetched in stream order (those begun
+  // are a prefix of the map, the rest waiting), at most two at a time (the
+  // loader's two load threads over the network), and a block that had
+  // arrived never went back; the map showed blocks arrived and blocks still
+  // to come while the request ran, before its first token.
   const frames = (await page.evaluate(() => (globalThis as unknown as { blockMapFrames: BlockMapFrame[] }).blockMapFrames))
     .filter((frame) => frame.states.length === 36);
   let arrivedBefore = 0;
   for (const frame of frames) {
+    const shown = frame.states.join(' ');
     const arrived = frame.states.findIndex((state) => state !== 'resident');
     const prefix = arrived < 0 ? 36 : arrived;
-    expect(frame.states.slice(prefix).every((state) => state === 'waiting' || state === 'streaming'),
-           frame.states.join(' ')).toBe(true);
-    expect(frame.states.slice(prefix + 1).includes('streaming'), frame.states.join(' ')).toBe(false);
+    const firstWaiting = frame.states.indexOf('waiting');
+    if (firstWaiting >= 0) expect(frame.states.slice(firstWaiting).every((state) => state === 'waiting'), shown).toBe(true);
+    expect(frame.states.filter((state) => state === 'streaming').length, shown).toBeLessThanOrEqual(2);
     expect(prefix).toBeGreaterThanOrEqual(arrivedBefore);
     arrivedBefore = prefix;
   }

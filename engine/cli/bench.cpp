@@ -176,11 +176,11 @@ int run_bench(const CommonOptions& common, const BenchOptions& bench) {
     }
     std::printf("model     %s: %d blocks, dim %d, %s; %.1f MB of weights\n", common.model.c_str(),
                 m.n_layers, m.dim, types.c_str(), mb(m.weight_bytes));
-    std::printf("loader    %s, %d buffers, budget %s, %s prefill (chunk %d), %d threads\n",
+    std::printf("loader    %s, %d buffers, %d load threads, budget %s, %s prefill (chunk %d), %d threads\n",
                 common.backend == Backend::kMmap ? "mmap + ring"
                 : l.mode == LoaderMode::kSync    ? "sync (pread, one buffer)"
-                                                 : "ring (pread + prefetch thread)",
-                l.mode == LoaderMode::kSync ? 1 : l.n_buffers,
+                                                 : "ring (pread + prefetch threads)",
+                l.mode == LoaderMode::kSync ? 1 : l.n_buffers, engine->loader_stats().load_threads,
                 l.memory_budget == kUnlimitedBudget ? "unlimited" : (std::to_string(l.memory_budget) + " bytes").c_str(),
                 common.engine.layer_major_prefill ? "layer-major" : "per-token",
                 common.engine.prefill_chunk,

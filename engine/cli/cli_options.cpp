@@ -36,6 +36,8 @@ const char* const kUsage =
     "  --no-async          same as --backend sync\n"
     "  --mmap              same as --backend mmap\n"
     "  --buffers N         prefetch ring buffers (default 2)\n"
+    "  --load-threads N    units the ring loads side by side (default: 2 over\n"
+    "                      HTTP or a throttle, else 1)\n"
     "  --budget BYTES      weight memory budget; 0 streams everything (default unlimited)\n"
     "                      suffixes K, M, G (powers of 1024) are accepted\n"
     "  --prefill-chunk N   positions per layer sweep (default 512)\n"
@@ -165,6 +167,8 @@ ParsedArgs parse_args(const std::string& command, const std::vector<std::string>
       p.common.backend = Backend::kMmap;
     } else if (flag == "--buffers") {
       e.loader.n_buffers = static_cast<int>(parse_int(flag, r.value(flag), 1, 64));
+    } else if (flag == "--load-threads") {
+      e.loader.load_threads = static_cast<int>(parse_int(flag, r.value(flag), 1, 16));
     } else if (flag == "--budget") {
       e.loader.memory_budget = parse_bytes(flag, r.value(flag));
     } else if (flag == "--prefill-chunk") {

@@ -118,6 +118,10 @@ LayerLoader::LayerLoader(WeightSource& source, const ModelLayout& layout,
   if (options.n_buffers < 1) {
     throw Error(ErrorKind::kInvalidArgument, "the prefetch ring needs at least 1 buffer");
   }
+  if (options.load_threads < 0) {
+    throw Error(ErrorKind::kInvalidArgument,
+                "load_threads must be 0 (as the source prefers) or more, not " + std::to_string(options.load_threads));
+  }
   for (int u = 0; u < layout_.n_units(); ++u) plans_.push_back(plan_unit(u));
   choose_residency(options);
 
@@ -142,17 +146,29 @@ LayerLoader::LayerLoader(WeightSource& source, const ModelLayout& layout,
     }
   }
   if (embedding_resident_) embedding_ = std::make_unique<Slot>();
-  if (mode_ == LoaderMode::kRing) worker_ = std::thread([this] { worker_loop(); });
+  if (mode_ == LoaderMode::kRing) {
+    try {
+      const int n = options.load_threads > 0 ? options.load_threads : std::max(1, source_.parallel_reads());
+      stats_.load_threads = n;
+      for (int i = 0; i < n; ++i) workers_.emplace_back([this] { worker_loop(); });
+    } catch (...) {
+      stop_workers();  // a constructor that throws runs no destructor
+      throw;
+    }
+  }
 }
 
-LayerLoader::~LayerLoader() {
+LayerLoader::~LayerLoader() { stop_workers(); }
+
+void LayerLoader::stop_workers() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
     cancelled_ = true;
   }
   changed_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  for (std::thread& worker : workers_) worker.join();
+  workers_.clear();
 }
 
 void LayerLoader::AlignedFree::operator()(uint8_t* p) const {
@@ -586,6 +602,7 @@ void LayerLoader::reset_counters() {
   fresh.peak_weight_bytes = allocated_bytes_;
   fresh.resident_units = stats_.resident_units;
   fresh.streamed_units = stats_.streamed_units;
+  fresh.load_threads = stats_.load_threads;
   fresh.units = stats_.units;
   for (UnitCounters& c : fresh.units) {
     c.loads = 0;

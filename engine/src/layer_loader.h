@@ -3,9 +3,10 @@
 //
 //   sync mode: the compute thread reads and prepares each unit itself into a
 //     single buffer; exactly one streamed unit is in memory at a time.
-//   ring mode (default): a worker thread owned by the loader reads and
-//     prepares the next units into a ring of `n_buffers` buffers while the
-//     current one computes, so per-unit time approaches max(I/O, compute).
+//   ring mode (default): worker threads owned by the loader (`load_threads`,
+//     each loading a different unit) read and prepare the next units into a
+//     ring of `n_buffers` buffers while the current one computes, so per-unit
+//     time approaches max(I/O, compute).
 //
 // Under a memory budget, units are kept resident (loaded once, never evicted)
 // in stream order while the budget lasts; the rest stream on every pass.
@@ -125,7 +126,8 @@ class LayerLoader {
   // Under mutex_: `slot` now holds `unit`, ready; adds its load to the stats.
   void mark_loaded(int unit, Slot& slot);
   void worker_loop();
-  // Under mutex_: the next (unit, slot) the worker should load, or false.
+  void stop_workers();
+  // Under mutex_: the next (unit, slot) a worker should load, or false.
   bool next_job(int* unit, Slot** slot);
   // Under mutex_: the units to load next, in the order they will be needed.
   std::vector<int> lookahead() const;
@@ -152,7 +154,7 @@ class LayerLoader {
   bool halted_ = false;  // a load failed: prefetch nothing until asked again
   std::atomic<bool> cancelled_{false};
   uint64_t generation_ = 0;
-  std::thread worker_;
+  std::vector<std::thread> workers_;
 
   // Counters, under mutex_.
   LoaderStats stats_;

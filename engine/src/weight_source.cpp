@@ -149,27 +149,40 @@ class ThrottledSource final : public WeightSource {
   std::string describe() const override { return inner_->describe(); }
 
   void read(uint64_t offset, void* dst, size_t length) override {
-    double delay_s = options_.latency_ms / 1e3 * jitter_factor();
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    const auto latency = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double, std::milli>(options_.latency_ms * jitter_factor()));
+    Clock::time_point done = start + latency;
     if (options_.bandwidth_mb_per_s > 0) {
-      delay_s += static_cast<double>(length) / (options_.bandwidth_mb_per_s * 1e6);
+      // The bytes go out after the latency, once the link has sent what
+      // earlier reads reserved.
+      const auto transfer = std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(static_cast<double>(length) / (options_.bandwidth_mb_per_s * 1e6)));
+      std::lock_guard<std::mutex> lock(mutex_);
+      done = std::max(done, link_free_) + transfer;
+      link_free_ = done;
     }
-    auto start = std::chrono::steady_clock::now();
     inner_->read(offset, dst, length);
-    std::this_thread::sleep_until(start + std::chrono::duration<double>(delay_s));
+    std::this_thread::sleep_until(done);
   }
+
+  // It stands for a network or slow storage: reads that wait gain from company.
+  int parallel_reads() const override { return 2; }
 
  private:
   double jitter_factor() {
     if (options_.jitter <= 0) return 1.0;
-    std::lock_guard<std::mutex> lock(rng_mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     std::uniform_real_distribution<double> dist(1.0 - options_.jitter, 1.0 + options_.jitter);
     return dist(rng_);
   }
 
   std::unique_ptr<WeightSource> inner_;
   ThrottleOptions options_;
-  std::mutex rng_mutex_;
+  std::mutex mutex_;  // guards rng_ and link_free_
   std::mt19937_64 rng_;
+  std::chrono::steady_clock::time_point link_free_{};
 };
 
 }  // namespace

@@ -197,8 +197,9 @@ export class SipLLM {
       build,
       threads,
       // The job thread, the compute threads but the calling one, the
-      // prefetch thread, the request threads but the calling one, one spare.
-      poolSize: threads + parallelRequests + 1,
+      // loader's two load threads (LoaderOptions::load_threads), the request
+      // threads but the calling one, one spare.
+      poolSize: threads + parallelRequests + 2,
       wasmBaseUrl: resolveWasmBaseUrl(options.wasmBaseUrl),
       cache: await cacheLocation(options.cache),
       engineOptions,

@@ -170,6 +170,7 @@ export interface LoaderStats {
   peakWeightBytes: number;
   residentUnits: number;
   streamedUnits: number;
+  loadThreads: number;         // units loaded side by side (0: the sync loader)
   units: UnitCounters[];
   timeline: UnitEvent[];
 }

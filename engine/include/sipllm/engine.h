@@ -28,7 +28,7 @@ namespace sipllm {
 
 enum class LoaderMode {
   kSync,  // the compute thread reads each unit itself; one streamed unit in memory
-  kRing,  // a prefetch thread loads the next units while the current computes
+  kRing,  // prefetch threads load the next units while the current computes
 };
 
 constexpr uint64_t kUnlimitedBudget = std::numeric_limits<uint64_t>::max();
@@ -36,6 +36,10 @@ constexpr uint64_t kUnlimitedBudget = std::numeric_limits<uint64_t>::max();
 struct LoaderOptions {
   LoaderMode mode = LoaderMode::kRing;
   int n_buffers = 2;  // ring size, at least 1
+  // Ring mode: units loaded side by side, each by a thread of the loader's;
+  // 0 asks the source (WeightSource::parallel_reads: 2 for the network, so
+  // the link stays busy across unit boundaries; 1 for a local file).
+  int load_threads = 0;
   // Bytes of weights kept in memory, ring included. Units stay resident in
   // stream order while the budget lasts; the rest stream on every pass.
   // 0 keeps nothing resident: only the ring (the minimum possible).
@@ -119,6 +123,7 @@ struct LoaderStats {
   uint64_t peak_weight_bytes = 0;  // peak of resident + ring
   int resident_units = 0;
   int streamed_units = 0;
+  int load_threads = 0;  // units loaded side by side (0 in sync mode)
   std::vector<UnitCounters> units;
   std::vector<UnitEvent> timeline;  // since the last reset_counters()
 };

@@ -7,7 +7,7 @@
 // so every backend yields the same logits.
 //
 // read() may block (a disk seek, an HTTP range request); it is called from the
-// loader's prefetch thread as well as the compute thread, so implementations
+// loader's prefetch threads as well as the compute thread, so implementations
 // must allow concurrent calls.
 #pragma once
 
@@ -49,6 +49,12 @@ class WeightSource {
   // source that kept the start of the file while the header was read
   // sequentially may drop it now, so memory stays within the budget.
   virtual void header_done() {}
+
+  // How many units the loader should read side by side. A source whose reads
+  // wait on round trips (a network) keeps its link busy with two: the next
+  // unit's requests are out while the last bytes of one arrive. A local file
+  // gains nothing, and a second reader would take CPU time from the math.
+  virtual int parallel_reads() const { return 1; }
 };
 
 // pread() on a file descriptor: one system call per read, no caching of its own.
@@ -64,7 +70,9 @@ std::unique_ptr<WeightSource> make_memory_source(std::vector<uint8_t> bytes,
 
 // Imitates slow storage or a network around any source: each read waits
 // `latency_ms` (times a random factor in [1 - jitter, 1 + jitter] from a seeded
-// generator) plus length / bandwidth. A bandwidth of 0 means unlimited.
+// generator), then its bytes cross one link of the given bandwidth that
+// concurrent reads share, as they would share a connection. A bandwidth of 0
+// means unlimited.
 struct ThrottleOptions {
   double bandwidth_mb_per_s = 0;  // MB = 1e6 bytes
   double latency_ms = 0;

@@ -144,6 +144,9 @@ class HttpSourceImpl final : public HttpSource {
     head_.shrink_to_fit();
   }
 
+  // Every unit read waits on round trips: a second one in flight hides them.
+  int parallel_reads() const override { return 2; }
+
   HttpSourceStats stats() const override {
     HttpSourceStats s;
     s.requests = fetcher_.requests();
