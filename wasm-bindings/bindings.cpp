@@ -82,6 +82,7 @@ OpenOptions open_options(const val& o) {
   e.threads = integer(o, "threads", e.threads);
   e.loader.memory_budget = byte_count(o, "memoryBudget", e.loader.memory_budget);
   e.loader.n_buffers = integer(o, "ringBuffers", e.loader.n_buffers);
+  e.loader.load_threads = integer(o, "loadThreads", e.loader.load_threads);
   e.loader.read_chunk_bytes = static_cast<size_t>(byte_count(o, "readChunkBytes", e.loader.read_chunk_bytes));
   e.prefill_chunk = integer(o, "prefillChunk", e.prefill_chunk);
   e.context_length = integer(o, "contextLength", e.context_length);

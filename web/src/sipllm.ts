@@ -31,7 +31,7 @@ const DEFAULT_PARALLEL_REQUESTS = 4;
 // download (see LoadOptions.warmUpMs).
 const DEFAULT_WARM_UP_MS = 500;
 const ENGINE_OPTION_KEYS = [
-  'memoryBudget', 'contextLength', 'ringBuffers', 'prefillChunk', 'parallelRequests', 'maxRetries',
+  'memoryBudget', 'contextLength', 'ringBuffers', 'loadThreads', 'prefillChunk', 'parallelRequests', 'maxRetries',
   'backoffMs', 'requestTimeoutMs', 'allowWholeFile', 'cachePageBytes',
 ] as const;
 
@@ -182,7 +182,7 @@ export class SipLLM {
 
   static async load(source: string | URL | ArrayBuffer | ArrayBufferView, options: LoadOptions = {}): Promise<SipLLM> {
     if (options.signal?.aborted) throw abortError(options.signal, 'loading');
-    for (const key of ['threads', 'memoryBudget', 'parallelRequests', 'requestTimeoutMs', 'warmUpMs']) {
+    for (const key of ['threads', 'memoryBudget', 'loadThreads', 'parallelRequests', 'requestTimeoutMs', 'warmUpMs']) {
       checkNumber(options as Record<string, unknown>, key);
     }
     const build = chooseBuild(options.build);
@@ -197,9 +197,9 @@ export class SipLLM {
       build,
       threads,
       // The job thread, the compute threads but the calling one, the
-      // loader's two load threads (LoaderOptions::load_threads), the request
+      // loader's load threads (two over the network unless set), the request
       // threads but the calling one, one spare.
-      poolSize: threads + parallelRequests + 2,
+      poolSize: threads + (options.loadThreads || 2) + parallelRequests,
       wasmBaseUrl: resolveWasmBaseUrl(options.wasmBaseUrl),
       cache: await cacheLocation(options.cache),
       engineOptions,

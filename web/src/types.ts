@@ -26,6 +26,7 @@ export interface LoadOptions {
   wasmBaseUrl?: string | URL;
   contextLength?: number;      // tokens; default: the model's own
   ringBuffers?: number;        // prefetch ring size; default 2
+  loadThreads?: number;        // units loaded side by side; default 2 (the sync loader of the single build: none)
   prefillChunk?: number;       // prompt positions per block load; default 512
   parallelRequests?: number;   // range requests in flight for one read; default 4 (1 in the single build)
   maxRetries?: number;         // per request, on network errors, short bodies and 5xx; default 4
