@@ -116,9 +116,11 @@ void print_report(const GenerationStats& s, const Engine& engine, const CommonOp
   for (const UnitCounters& u : l.units) weights_per_token += u.bytes;
   const int threads = common.engine.threads > 0 ? common.engine.threads
                                                 : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::printf("weight bandwidth  %.1f MB/token read in decode: %.2f GB/s; memcpy copies %.2f GB/s (1 thread), %.2f GB/s (%d threads)\n",
+  std::printf("weight bandwidth  %.1f MB/token read in decode: %.2f GB/s; memcpy copies %.2f GB/s (1 thread)",
               mb(weights_per_token), static_cast<double>(weights_per_token) * s.decode_tokens_per_s() / 1e9,
-              memcpy_bytes_per_s(1) / 1e9, memcpy_bytes_per_s(threads) / 1e9, threads);
+              memcpy_bytes_per_s(1) / 1e9);
+  if (threads > 1) std::printf(", %.2f GB/s (%d threads)", memcpy_bytes_per_s(threads) / 1e9, threads);
+  std::printf("\n");
   std::printf("weights in memory resident %.3f MB (%d units), ring %.3f MB (%d streamed units), peak %.3f MB\n",
               mb(l.resident_bytes), l.resident_units, mb(l.ring_bytes), l.streamed_units,
               mb(l.peak_weight_bytes));
