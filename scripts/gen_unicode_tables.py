@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Generates engine/src/unicode_tables.inc: the general category of every code
+"""Generates engine/src/text/unicode_tables.inc: the general category of every code
 point, as compact runs, for the tokenizer's pre-tokenizer splits.
 
-Usage: python3 scripts/gen_unicode_tables.py > engine/src/unicode_tables.inc
+Usage: python3 scripts/gen_unicode_tables.py > engine/src/text/unicode_tables.inc
 
 Only the major class of the general category is kept (letter, mark, number,
 punctuation, symbol, separator, other/control, unassigned): that is all the
@@ -13,7 +13,7 @@ does not expose) and is listed by hand in unicode.cpp.
 import sys
 import unicodedata
 
-# Order must match sipllm::unicode::Category in engine/src/unicode.h.
+# Order must match sipllm::unicode::Category in engine/src/text/unicode.h.
 CLASSES = {
     "Cn": 0,  # kUndefined (unassigned)
     "L": 1,   # kLetter

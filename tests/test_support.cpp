@@ -4,7 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "gguf.h"
+#include "model/gguf.h"
 
 namespace sipllm::test {
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "gguf_writer.h"
-#include "model_generator.h"
+#include "model/gguf_writer.h"
+#include "model/model_generator.h"
 #include "sipllm/engine.h"
 
 namespace sipllm::test {

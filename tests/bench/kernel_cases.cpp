@@ -6,7 +6,7 @@
 #include "kernels/activation_quant.h"
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
-#include "thread_pool.h"
+#include "runtime/thread_pool.h"
 
 namespace sipllm::bench {
 namespace {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "kernels/matmul.h"
-#include "kv_cache.h"
-#include "tensor_type.h"
+#include "runtime/kv_cache.h"
+#include "model/tensor_type.h"
 
 namespace sipllm {
 

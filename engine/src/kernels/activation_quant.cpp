@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "kernels/simd.h"
-#include "thread_pool.h"
+#include "runtime/thread_pool.h"
 
 namespace sipllm {
 namespace {

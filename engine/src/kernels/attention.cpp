@@ -5,7 +5,7 @@
 
 #include "kernels/elementwise.h"
 #include "kernels/simd.h"
-#include "thread_pool.h"
+#include "runtime/thread_pool.h"
 
 namespace sipllm {
 namespace {

@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "kv_cache.h"
+#include "runtime/kv_cache.h"
 
 namespace sipllm {
 

@@ -8,7 +8,7 @@
 // float rounding of the lane order.
 #include <cstring>
 
-#include "half.h"
+#include "model/half.h"
 #include "kernels/quant_dot.h"
 #include "kernels/row_tiles.h"
 #include "kernels/simd.h"

@@ -5,7 +5,7 @@
 
 #include "kernels/quant_dot.h"
 #include "sipllm/error.h"
-#include "thread_pool.h"
+#include "runtime/thread_pool.h"
 
 namespace sipllm {
 namespace {

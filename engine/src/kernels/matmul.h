@@ -18,7 +18,7 @@
 #include <cstdint>
 
 #include "kernels/activation_quant.h"
-#include "tensor_type.h"
+#include "model/tensor_type.h"
 
 namespace sipllm {
 

@@ -14,7 +14,7 @@
 #include <cstddef>
 #include <cstring>
 
-#include "half.h"
+#include "model/half.h"
 #include "kernels/quant_dot.h"
 #include "kernels/row_tiles.h"
 #include "kernels/simd.h"

@@ -1,0 +1,791 @@
+// The HTTP range source against a real server: scripts/range-server.mjs, run
+// with Node on localhost, serving real model files, with its fault modes.
+// The server counts requests and bytes; the tests read those counts.
+#include <curl/curl.h>
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "model/gguf.h"
+#include "io/http/page_cache.h"
+#include "io/http/range_response.h"
+#include "sipllm/engine.h"
+#include "sipllm/error.h"
+#include "sipllm/http_source.h"
+#include "test_support.h"
+
+extern char** environ;
+
+namespace sipllm {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string range_server_script() { return std::string(SIPLLM_SOURCE_DIR) + "/scripts/range-server.mjs"; }
+
+std::string make_temp_dir(const std::string& tag) {
+  std::string pattern = (fs::temp_directory_path() / ("sipllm-" + tag + "-XXXXXX")).string();
+  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
+  return pattern;
+}
+
+size_t collect(char* data, size_t size, size_t count, void* user) {
+  static_cast<std::string*>(user)->append(data, size * count);
+  return size * count;
+}
+
+// One GET or POST to the server's control endpoints.
+std::string control_request(const std::string& url, bool post) {
+  CURL* curl = curl_easy_init();
+  std::string body;
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  if (post) curl_easy_setopt(curl, CURLOPT_POSTFIELDS, "");
+  const CURLcode code = curl_easy_perform(curl);
+  curl_easy_cleanup(curl);
+  if (code != CURLE_OK) throw std::runtime_error(url + ": " + curl_easy_strerror(code));
+  return body;
+}
+
+struct ServedRequest {
+  std::string method, url, range;
+  int status = 0;
+  uint64_t bytes = 0;
+};
+
+struct ServerStats {
+  uint64_t requests = 0;
+  uint64_t bytes = 0;
+  std::vector<ServedRequest> log;
+};
+
+// node scripts/range-server.mjs --root DIR --port 0, for the life of the object.
+class RangeServer {
+ public:
+  explicit RangeServer(const std::string& root) {
+    // stdout: the line with the port. stdin: a lifeline; the server exits
+    // when this process closes it, or dies, so it never outlives the tests.
+    int out[2];
+    int lifeline[2];
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(lifeline, O_CLOEXEC) != 0) {
+      throw std::runtime_error("pipe failed");
+    }
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, lifeline[0], STDIN_FILENO);
+    const std::string script = range_server_script();
+    std::vector<std::string> args = {"node", script, "--root", root, "--port", "0",
+                                     "--exit-on-stdin-close"};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const int spawned = posix_spawnp(&pid_, "node", &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(out[1]);
+    ::close(lifeline[0]);
+    lifeline_ = lifeline[1];
+    if (spawned != 0) {
+      ::close(out[0]);
+      throw std::runtime_error("cannot start node (is Node.js installed?): " +
+                               std::string(std::strerror(spawned)));
+    }
+    FILE* stream = ::fdopen(out[0], "r");
+    char line[256] = "";
+    const bool got = std::fgets(line, sizeof line, stream) != nullptr;
+    std::fclose(stream);  // the server writes nothing else to stdout
+    const char* port = got ? std::strstr(line, "\"port\":") : nullptr;
+    if (port == nullptr) {
+      stop();
+      throw std::runtime_error("range server did not report its port (got '" + std::string(line) + "')");
+    }
+    port_ = std::atoi(port + 7);
+  }
+  ~RangeServer() { stop(); }
+  RangeServer(const RangeServer&) = delete;
+  RangeServer& operator=(const RangeServer&) = delete;
+
+  std::string url(const std::string& path) const {
+    return "http://127.0.0.1:" + std::to_string(port_) + path;
+  }
+
+  void reset() const { control_request(url("/__reset"), true); }
+
+  ServerStats stats() const {
+    std::istringstream text(control_request(url("/__stats?format=text"), false));
+    ServerStats s;
+    std::string key;
+    text >> key >> s.requests >> key >> s.bytes;
+    ServedRequest r;
+    while (text >> r.method >> r.url >> r.range >> r.status >> r.bytes) s.log.push_back(r);
+    return s;
+  }
+
+ private:
+  void stop() {
+    if (lifeline_ >= 0) ::close(lifeline_);
+    lifeline_ = -1;
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+  pid_t pid_ = -1;
+  int lifeline_ = -1;
+  int port_ = 0;
+};
+
+// What the file backend produces: the reference for every HTTP load.
+struct Reference {
+  std::vector<int32_t> prompt;
+  std::string text;
+  std::vector<float> logits;
+};
+
+constexpr int kGreedyTokens = 24;
+const char* const kPrompt = "Once upon a time, there was a little girl named Lily.";
+
+Reference run_model(std::unique_ptr<WeightSource> source, const EngineOptions& options = {}) {
+  auto engine = Engine::open(std::move(source), options);
+  Reference r;
+  r.prompt = engine->tokenize(kPrompt);
+  r.logits = engine->evaluate(r.prompt, /*all_positions=*/true);
+  engine->reset();
+  r.text = test::generate_text(*engine, r.prompt, test::greedy(kGreedyTokens));
+  return r;
+}
+
+// The same over HTTP, keeping the source's counters from before the engine
+// (which owns the source) is gone.
+Reference run_http(std::unique_ptr<HttpSource> source, HttpSourceStats* stats,
+                   const EngineOptions& options = {}) {
+  HttpSource* http = source.get();
+  auto engine = Engine::open(std::move(source), options);
+  Reference r;
+  r.prompt = engine->tokenize(kPrompt);
+  r.logits = engine->evaluate(r.prompt, /*all_positions=*/true);
+  engine->reset();
+  r.text = test::generate_text(*engine, r.prompt, test::greedy(kGreedyTokens));
+  *stats = http->stats();
+  return r;
+}
+
+void expect_same_as(const Reference& got, const Reference& want) {
+  EXPECT_EQ(got.prompt, want.prompt);
+  EXPECT_EQ(got.text, want.text);
+  ASSERT_EQ(got.logits.size(), want.logits.size());
+  EXPECT_EQ(std::memcmp(got.logits.data(), want.logits.data(), want.logits.size() * sizeof(float)), 0)
+      << "logits over HTTP differ from the file backend's";
+}
+
+// Fixture: one server for the suite, over a folder holding stories260K and a
+// generated multi-MiB model; a fresh cache folder per test.
+class HttpTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = new std::string(make_temp_dir("http-root"));
+    fs::copy_file(test::model_path("stories260K.gguf"), *root_ + "/stories260K.gguf");
+    fs::copy_file(test::model_path("llama.cpp-vocab/ggml-vocab-deepseek-llm.gguf"),
+                  *root_ + "/vocab-deepseek-llm.gguf");
+    test::random_llama_writer("kquant-small", TensorType::kQ8_0, 11).write_file(*root_ + "/multi.gguf");
+    server_ = new RangeServer(*root_);
+    stories_ = new Reference(run_model(open_file_source(*root_ + "/stories260K.gguf")));
+    multi_ = new Reference(run_model(open_file_source(*root_ + "/multi.gguf")));
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete stories_;
+    delete multi_;
+    fs::remove_all(*root_);
+    delete root_;
+  }
+
+  void SetUp() override {
+    cache_dir_ = make_temp_dir("http-cache");
+    server_->reset();
+  }
+  void TearDown() override { fs::remove_all(cache_dir_); }
+
+  static uint64_t file_size(const std::string& name) { return fs::file_size(*root_ + "/" + name); }
+
+  static HttpSourceOptions fast_options() {
+    HttpSourceOptions options;
+    options.backoff_ms = 1;  // retries are counted, never timed
+    return options;
+  }
+
+  std::shared_ptr<CacheStore> cache() const { return make_directory_cache(cache_dir_); }
+
+  static std::string* root_;
+  static RangeServer* server_;
+  static Reference* stories_;
+  static Reference* multi_;
+  std::string cache_dir_;
+};
+
+std::string* HttpTest::root_ = nullptr;
+RangeServer* HttpTest::server_ = nullptr;
+Reference* HttpTest::stories_ = nullptr;
+Reference* HttpTest::multi_ = nullptr;
+
+// Runs `fn` and returns the Error it throws (failing the test when it does not).
+template <typename Fn>
+Error expect_error(Fn fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "expected a sipllm::Error";
+  return Error(ErrorKind::kInvalidArgument, "");
+}
+
+// ---- Same bytes, same logits --------------------------------------------------
+
+TEST_F(HttpTest, HttpStreamingMatchesFileBackendBitForBit) {
+  struct Case {
+    int parallel;
+    LoaderMode mode;
+    bool cached;
+  };
+  for (const Case& c : {Case{1, LoaderMode::kSync, false}, Case{4, LoaderMode::kRing, false},
+                        Case{4, LoaderMode::kRing, true}}) {
+    SCOPED_TRACE("parallel " + std::to_string(c.parallel) + (c.cached ? ", cached" : ""));
+    HttpSourceOptions options = fast_options();
+    options.parallel_requests = c.parallel;
+    if (c.cached) options.cache = cache();
+    EngineOptions engine;
+    engine.loader.mode = c.mode;
+    for (const auto& [name, reference] : {std::make_pair("stories260K.gguf", stories_),
+                                          std::make_pair("multi.gguf", multi_)}) {
+      SCOPED_TRACE(name);
+      auto source = open_http_source(server_->url(std::string("/") + name), make_curl_transport(), options);
+      EXPECT_EQ(source->size(), file_size(name));
+      expect_same_as(run_model(std::move(source), engine), *reference);
+    }
+  }
+}
+
+TEST_F(HttpTest, HttpStreamsUnderAZeroBudgetWithTheCacheAsStorage) {
+  // Nothing resident: every block streams on every pass, from the cache's
+  // pages once they are stored.
+  HttpSourceOptions options = fast_options();
+  options.cache = cache();
+  EngineOptions engine;
+  engine.loader.memory_budget = 0;
+  expect_same_as(run_model(open_http_source(server_->url("/multi.gguf"), make_curl_transport(), options),
+                           engine),
+                 *multi_);
+  EXPECT_EQ(server_->stats().bytes, file_size("multi.gguf")) << "each page fetched once";
+}
+
+TEST_F(HttpTest, HttpHeaderTakesOneOrTwoRanges) {
+  // stories260K's header is within the first range: the open is one request.
+  EngineOptions sync;
+  sync.loader.mode = LoaderMode::kSync;  // no prefetch thread reading ahead
+  auto engine = Engine::open(open_http_source(server_->url("/stories260K.gguf"), make_curl_transport(),
+                                              fast_options()),
+                             sync);
+  EXPECT_EQ(server_->stats().requests, 1u);
+
+  // A 100k-token vocabulary: a header of about 4 MB takes two more ranges
+  // (the head doubles: 1, 2, then 4 MiB).
+  server_->reset();
+  auto source = open_http_source(server_->url("/vocab-deepseek-llm.gguf"), make_curl_transport(),
+                                 fast_options());
+  const GgufFile over_http = GgufFile::parse(*source);
+  EXPECT_EQ(server_->stats().requests, 3u);
+  auto file = open_file_source(*root_ + "/vocab-deepseek-llm.gguf");
+  const GgufFile local = GgufFile::parse(*file);
+  ASSERT_NE(over_http.find_array("tokenizer.ggml.tokens", GgufType::kString), nullptr);
+  EXPECT_EQ(over_http.find_array("tokenizer.ggml.tokens", GgufType::kString)->strings,
+            local.find_array("tokenizer.ggml.tokens", GgufType::kString)->strings);
+  EXPECT_EQ(over_http.metadata().size(), local.metadata().size());
+}
+
+TEST_F(HttpTest, HttpLargeReadsAreSplitIntoParallelRanges) {
+  HttpSourceOptions options = fast_options();
+  options.parallel_requests = 4;
+  auto source = open_http_source(server_->url("/multi.gguf"), make_curl_transport(), options);
+  server_->reset();
+  // Past the head, so the read is planned afresh: 4 MiB in 4 requests of 1 MiB.
+  std::vector<uint8_t> got(4u << 20);
+  source->read(16u << 20, got.data(), got.size());
+  const ServerStats s = server_->stats();
+  ASSERT_EQ(s.requests, 4u);
+  for (const ServedRequest& r : s.log) EXPECT_EQ(r.bytes, 1u << 20) << r.range;
+  std::vector<uint8_t> want(got.size());
+  open_file_source(*root_ + "/multi.gguf")->read(16u << 20, want.data(), want.size());
+  EXPECT_EQ(got, want);
+}
+
+TEST_F(HttpTest, HttpProgressIsMonotonicAndCountsCacheReads) {
+  for (bool second : {false, true}) {
+    std::vector<std::array<uint64_t, 3>> events;
+    HttpSourceOptions options = fast_options();
+    options.cache = cache();
+    options.on_progress = [&](uint64_t fetched, uint64_t from_cache, uint64_t total) {
+      events.push_back({fetched, from_cache, total});
+    };
+    run_model(open_http_source(server_->url("/stories260K.gguf"), make_curl_transport(), options));
+    ASSERT_FALSE(events.empty());
+    for (size_t i = 1; i < events.size(); ++i) {
+      EXPECT_GE(events[i][0], events[i - 1][0]);
+      EXPECT_GE(events[i][1], events[i - 1][1]);
+    }
+    for (const auto& e : events) EXPECT_EQ(e[2], file_size("stories260K.gguf"));
+    if (second) {
+      EXPECT_EQ(events.back()[0], 0u) << "a cached model fetches nothing";
+      EXPECT_GE(events.back()[1], file_size("stories260K.gguf") - 14176) << "weights from the cache";
+    } else {
+      EXPECT_EQ(events.back()[0], file_size("stories260K.gguf"));
+    }
+  }
+}
+
+// ---- The cache tier -----------------------------------------------------------
+
+TEST_F(HttpTest, HttpSecondLoadFromCacheSendsNoRequests) {
+  HttpSourceOptions options = fast_options();
+  options.cache = cache();
+  const std::string url = server_->url("/multi.gguf");
+  expect_same_as(run_model(open_http_source(url, make_curl_transport(), options)), *multi_);
+  EXPECT_GT(server_->stats().requests, 0u);
+  EXPECT_EQ(server_->stats().bytes, file_size("multi.gguf"));
+
+  server_->reset();
+  HttpSourceStats s;
+  expect_same_as(run_http(open_http_source(url, make_curl_transport(), options), &s), *multi_);
+  EXPECT_EQ(server_->stats().requests, 0u);
+  EXPECT_TRUE(s.opened_from_cache);
+  EXPECT_EQ(s.requests, 0u);
+  EXPECT_EQ(s.bytes_fetched, 0u);
+  EXPECT_GT(s.bytes_from_cache, 0u);
+}
+
+TEST_F(HttpTest, HttpInterruptedDownloadResumesWithOnlyMissingPages) {
+  // The first response that covers the middle of the file is cut there, and
+  // without retries the load fails: the download is interrupted mid-stream.
+  const std::string url = server_->url("/fault/drop-once/multi.gguf");
+  const uint64_t size = file_size("multi.gguf");
+  HttpSourceOptions options = fast_options();
+  options.cache = cache();
+  options.max_retries = 0;
+  options.parallel_requests = 1;  // no readahead, which would absorb the cut
+  const Error e = expect_error([&] { run_model(open_http_source(url, make_curl_transport(), options)); });
+  EXPECT_EQ(e.kind(), ErrorKind::kNetwork) << e.what();
+  EXPECT_NE(std::string(e.what()).find(url + " bytes "), std::string::npos) << e.what();
+
+  auto models = list_cached_models(*options.cache);
+  ASSERT_EQ(models.size(), 1u);
+  const uint64_t cached = models[0].cached_bytes;
+  EXPECT_TRUE(cached % (1u << 20) == 0 || cached % (1u << 20) == size % (1u << 20))
+      << "whole pages (the last one is short)";
+  EXPECT_GT(cached, 0u);
+  EXPECT_LT(cached, size);
+
+  // The reload reads the index (no request) and fetches exactly the rest.
+  // (The server is not reset: its cut happens once.)
+  const ServerStats before = server_->stats();
+  options.parallel_requests = 4;
+  HttpSourceStats stats;
+  expect_same_as(run_http(open_http_source(url, make_curl_transport(), options), &stats), *multi_);
+  const ServerStats after = server_->stats();
+  EXPECT_TRUE(stats.opened_from_cache);
+  EXPECT_EQ(stats.retries, 0u);
+  EXPECT_GT(after.requests, before.requests);
+  EXPECT_EQ(after.bytes - before.bytes, size - cached) << "only the missing pages are fetched";
+  EXPECT_EQ(stats.bytes_fetched, size - cached);
+  for (size_t i = before.log.size(); i < after.log.size(); ++i) {
+    EXPECT_EQ(after.log[i].status, 206) << after.log[i].range;
+  }
+  models = list_cached_models(*options.cache);
+  ASSERT_EQ(models.size(), 1u);
+  EXPECT_EQ(models[0].cached_bytes, size);
+}
+
+// A store that works until it has taken `quota` bytes, then throws as a full
+// disk or a browser quota does.
+class QuotaStore final : public CacheStore {
+ public:
+  QuotaStore(std::shared_ptr<CacheStore> inner, uint64_t quota) : inner_(std::move(inner)), quota_(quota) {}
+  bool read(const std::string& name, uint64_t offset, void* dst, size_t length) override {
+    return inner_->read(name, offset, dst, length);
+  }
+  void write(const std::string& name, uint64_t offset, const void* src, size_t length) override {
+    if (written_ + length > quota_) {
+      ++refused_;
+      throw Error(ErrorKind::kIo, name + ": quota exceeded");
+    }
+    written_ += length;
+    inner_->write(name, offset, src, length);
+  }
+  std::vector<std::pair<std::string, uint64_t>> list() override { return inner_->list(); }
+  void remove(const std::string& name) override { inner_->remove(name); }
+  std::atomic<int> refused_{0};
+
+ private:
+  std::shared_ptr<CacheStore> inner_;
+  uint64_t quota_;
+  std::atomic<uint64_t> written_{0};
+};
+
+TEST_F(HttpTest, HttpQuotaErrorFallsBackToStreamingWithoutCache) {
+  for (uint64_t quota : {uint64_t{0}, uint64_t{3} << 20}) {
+    SCOPED_TRACE("quota " + std::to_string(quota));
+    auto store = std::make_shared<QuotaStore>(cache(), quota);
+    HttpSourceOptions options = fast_options();
+    options.cache = store;
+    EngineOptions engine;
+    engine.loader.memory_budget = 0;  // streams every pass: the cache would be read on every token
+    HttpSourceStats s;
+    expect_same_as(
+        run_http(open_http_source(server_->url("/multi.gguf"), make_curl_transport(), options), &s, engine),
+        *multi_);
+    EXPECT_FALSE(s.caching);
+    EXPECT_NE(s.cache_error.find("quota exceeded"), std::string::npos) << s.cache_error;
+    // One failure turns caching off; only writes already under way when it
+    // happened (one per request in flight) can fail after it.
+    EXPECT_GE(store->refused_, 1);
+    EXPECT_LE(store->refused_, options.parallel_requests);
+    EXPECT_GT(s.bytes_fetched, file_size("multi.gguf")) << "streamed again on later passes";
+    // Whatever was stored before the quota ran out is listed, and is correct.
+    for (const CachedModel& m : list_cached_models(*store)) EXPECT_LT(m.cached_bytes, m.size);
+  }
+}
+
+TEST_F(HttpTest, HttpListsAndDeletesCachedModels) {
+  auto store = cache();
+  HttpSourceOptions options = fast_options();
+  options.cache = store;
+  EXPECT_TRUE(list_cached_models(*store).empty());
+  const std::string stories = server_->url("/stories260K.gguf");
+  const std::string multi = server_->url("/multi.gguf");
+  run_model(open_http_source(stories, make_curl_transport(), options));
+  {
+    // Only the header of the second model (no prefetch thread): partly cached.
+    EngineOptions sync;
+    sync.loader.mode = LoaderMode::kSync;
+    auto engine = Engine::open(open_http_source(multi, make_curl_transport(), options), sync);
+  }
+  std::vector<CachedModel> models = list_cached_models(*store);
+  ASSERT_EQ(models.size(), 2u);
+  const CachedModel& m = models[0].url == multi ? models[0] : models[1];
+  const CachedModel& s = models[0].url == stories ? models[0] : models[1];
+  EXPECT_EQ(s.url, stories);
+  EXPECT_EQ(s.size, file_size("stories260K.gguf"));
+  EXPECT_EQ(s.cached_bytes, s.size);
+  EXPECT_FALSE(s.etag.empty());
+  EXPECT_FALSE(s.last_modified.empty());
+  EXPECT_EQ(m.url, multi);
+  EXPECT_EQ(m.size, file_size("multi.gguf"));
+  EXPECT_GT(m.cached_bytes, 0u);
+  EXPECT_LT(m.cached_bytes, m.size);
+
+  delete_cached_model(*store, stories);
+  models = list_cached_models(*store);
+  ASSERT_EQ(models.size(), 1u);
+  EXPECT_EQ(models[0].url, multi);
+  for (const auto& [name, bytes] : store->list()) {
+    EXPECT_NE(name, cache_index_name(stories));
+    EXPECT_NE(name, cache_pages_name(stories));
+  }
+  // Deleted means fetched again.
+  server_->reset();
+  run_model(open_http_source(stories, make_curl_transport(), options));
+  EXPECT_EQ(server_->stats().bytes, file_size("stories260K.gguf"));
+  delete_cached_model(*store, "http://127.0.0.1:1/never-cached.gguf");  // a no-op
+  EXPECT_EQ(list_cached_models(*store).size(), 2u);
+}
+
+TEST_F(HttpTest, HttpChangedFileIsAnErrorAndDropsTheCacheEntry) {
+  // The first response has the file's ETag, later ones another.
+  const std::string url = server_->url("/fault/etag-change/stories260K.gguf");
+  HttpSourceOptions options = fast_options();
+  options.cache = cache();
+  // One request at a time, so the change is met by the read under test and
+  // not first by a readahead on another thread.
+  options.parallel_requests = 1;
+  const Error e = expect_error([&] { run_model(open_http_source(url, make_curl_transport(), options)); });
+  EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
+  const std::string message = e.what();
+  EXPECT_NE(message.find(url + " bytes 1048576-1185375"), std::string::npos) << message;
+  EXPECT_NE(message.find("changed on the server"), std::string::npos) << message;
+  EXPECT_NE(message.find("ETag was \""), std::string::npos) << message;
+  EXPECT_NE(message.find("now \"changed-"), std::string::npos) << message;
+  EXPECT_TRUE(list_cached_models(*options.cache).empty()) << "the stale entry is deleted";
+}
+
+// ---- Faults: each gives the typed error naming URL and range, or succeeds ------
+
+TEST_F(HttpTest, HttpNotFoundFailsWithoutRetry) {
+  const std::string url = server_->url("/fault/404/stories260K.gguf");
+  const Error e = expect_error([&] { open_http_source(url, make_curl_transport(), fast_options()); });
+  EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
+  EXPECT_STREQ(e.what(), (url + " bytes 0-1048575: HTTP 404").c_str());
+  EXPECT_EQ(server_->stats().requests, 1u);
+
+  const std::string missing = server_->url("/no-such-model.gguf");
+  const Error e2 = expect_error([&] { open_http_source(missing, make_curl_transport(), fast_options()); });
+  EXPECT_STREQ(e2.what(), (missing + " bytes 0-1048575: HTTP 404").c_str());
+}
+
+TEST_F(HttpTest, HttpServerIgnoringRangeIsRefusedOrLoadedWhole) {
+  const std::string url = server_->url("/fault/ignore-range/stories260K.gguf");
+  const Error e = expect_error([&] { open_http_source(url, make_curl_transport(), fast_options()); });
+  EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
+  const std::string message = e.what();
+  EXPECT_NE(message.find(url + " bytes 0-1048575: the server ignored the Range header"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("1185376 bytes"), std::string::npos) << message;
+  EXPECT_NE(message.find("allow_whole_file"), std::string::npos) << message;
+
+  for (bool cached : {false, true}) {
+    SCOPED_TRACE(cached ? "with cache" : "no cache");
+    server_->reset();
+    HttpSourceOptions options = fast_options();
+    options.allow_whole_file = true;
+    if (cached) options.cache = cache();
+    HttpSourceStats stats;
+    expect_same_as(run_http(open_http_source(url, make_curl_transport(), options), &stats), *stories_);
+    EXPECT_TRUE(stats.whole_file);
+    const ServerStats s = server_->stats();
+    EXPECT_EQ(s.requests, 2u) << "the probe, then the whole file once";
+    for (const ServedRequest& r : s.log) EXPECT_EQ(r.status, 200);
+    if (cached) {
+      server_->reset();
+      expect_same_as(run_model(open_http_source(url, make_curl_transport(), options)), *stories_);
+      EXPECT_EQ(server_->stats().requests, 0u) << "a whole-file download is cached too";
+    }
+  }
+}
+
+TEST_F(HttpTest, HttpTruncatedBodyGivesUpAfterRetries) {
+  const std::string url = server_->url("/fault/truncated/stories260K.gguf");
+  HttpSourceOptions options = fast_options();
+  options.max_retries = 2;
+  const Error e = expect_error([&] { open_http_source(url, make_curl_transport(), options); });
+  EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
+  const std::string message = e.what();
+  EXPECT_EQ(message.rfind(url + " bytes 0-1048575: ", 0), 0u) << message;
+  EXPECT_NE(message.find("HTTP 206, 524288 of 1048576 bytes received"), std::string::npos) << message;
+  EXPECT_NE(message.find("gave up after 3 attempts"), std::string::npos) << message;
+  EXPECT_EQ(server_->stats().requests, 3u);
+}
+
+TEST_F(HttpTest, HttpDroppedConnectionIsRetried) {
+  // Cut at the middle of the file: inside the first range.
+  const std::string url = server_->url("/fault/drop-once/stories260K.gguf");
+  HttpSourceStats stats;
+  expect_same_as(run_http(open_http_source(url, make_curl_transport(), fast_options()), &stats), *stories_);
+  EXPECT_EQ(stats.retries, 1u);
+  const ServerStats s = server_->stats();
+  ASSERT_GE(s.log.size(), 2u);
+  EXPECT_LT(s.log[0].bytes, 1u << 20) << "the first answer was cut";
+  EXPECT_EQ(s.log[1].range, s.log[0].range) << "and asked again";
+}
+
+TEST_F(HttpTest, HttpServerErrorOnceIsRetried) {
+  const std::string url = server_->url("/fault/500-once/stories260K.gguf");
+  HttpSourceStats stats;
+  expect_same_as(run_http(open_http_source(url, make_curl_transport(), fast_options()), &stats), *stories_);
+  EXPECT_EQ(stats.retries, 1u);
+  const ServerStats s = server_->stats();
+  ASSERT_GE(s.log.size(), 2u);
+  EXPECT_EQ(s.log[0].status, 500);
+  EXPECT_EQ(s.log[1].status, 206);
+}
+
+TEST_F(HttpTest, HttpUnavailableGivesUpAfterMaxRetries) {
+  const std::string url = server_->url("/fault/503/stories260K.gguf");
+  HttpSourceOptions options = fast_options();
+  options.max_retries = 3;
+  const Error e = expect_error([&] { open_http_source(url, make_curl_transport(), options); });
+  EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
+  EXPECT_STREQ(e.what(), (url + " bytes 0-1048575: HTTP 503 (gave up after 4 attempts)").c_str());
+  EXPECT_EQ(server_->stats().requests, 4u);
+}
+
+TEST_F(HttpTest, HttpWrongContentRangeIsRefused) {
+  const std::string url = server_->url("/fault/bad-content-range/stories260K.gguf");
+  const Error e = expect_error([&] { open_http_source(url, make_curl_transport(), fast_options()); });
+  EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
+  EXPECT_STREQ(e.what(), (url + " bytes 0-1048575: Content-Range 'bytes 1-1048576/1185376' does not "
+                                "match the bytes 0-1048575 asked for")
+                             .c_str());
+  EXPECT_EQ(server_->stats().requests, 1u) << "not retried";
+}
+
+TEST_F(HttpTest, HttpRedirectIsFollowed) {
+  const std::string url = server_->url("/fault/redirect/stories260K.gguf");
+  HttpSourceOptions options = fast_options();
+  options.cache = cache();
+  expect_same_as(run_model(open_http_source(url, make_curl_transport(), options)), *stories_);
+  const ServerStats s = server_->stats();
+  ASSERT_EQ(s.log.size(), 4u);
+  EXPECT_EQ(s.log[0].status, 302);
+  EXPECT_EQ(s.log[1].status, 206);
+  EXPECT_EQ(s.log[1].url, "/stories260K.gguf");
+  // Cached under the URL that was asked for, not the one redirected to.
+  ASSERT_EQ(list_cached_models(*options.cache).size(), 1u);
+  EXPECT_EQ(list_cached_models(*options.cache)[0].url, url);
+}
+
+TEST_F(HttpTest, HttpRefusesBadArguments) {
+  HttpSourceOptions options;
+  options.parallel_requests = 0;
+  EXPECT_EQ(expect_error([&] { open_http_source(server_->url("/stories260K.gguf"), make_curl_transport(), options); })
+                .kind(),
+            ErrorKind::kInvalidArgument);
+  EXPECT_EQ(expect_error([&] { open_http_source("http://host/a b.gguf", make_curl_transport()); }).kind(),
+            ErrorKind::kInvalidArgument);
+  const Error refused =
+      expect_error([&] { open_http_source("http://127.0.0.1:1/x.gguf", make_curl_transport(), fast_options()); });
+  EXPECT_EQ(refused.kind(), ErrorKind::kNetwork);
+  EXPECT_EQ(std::string(refused.what()).rfind("http://127.0.0.1:1/x.gguf bytes 0-1048575: ", 0), 0u)
+      << refused.what();
+  EXPECT_EQ(expect_error([&] { open_http_source("ftp://127.0.0.1/x.gguf", make_curl_transport(), fast_options()); })
+                .kind(),
+            ErrorKind::kNetwork);
+}
+
+// ---- The CLI ------------------------------------------------------------------
+
+std::string run_command(const std::string& command) {
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) throw std::runtime_error("popen failed");
+  std::string out;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
+  const int status = ::pclose(pipe);
+  if (status != 0) throw std::runtime_error(command + " failed (" + std::to_string(status) + "): " + out);
+  return out;
+}
+
+TEST_F(HttpTest, HttpCliRunsAUrlAndCachesIt) {
+  const std::string args = " -p 'Once upon a time' -n 20 --temp 0 2>/dev/null";
+  const std::string cli = SIPLLM_CLI_PATH;
+  const std::string from_file = run_command(cli + " run -m " + *root_ + "/stories260K.gguf" + args);
+  const std::string url = server_->url("/stories260K.gguf");
+  const std::string cached = " --cache-dir " + cache_dir_ + "/cli";
+  EXPECT_EQ(run_command(cli + " run -m " + url + cached + args), from_file);
+  EXPECT_GT(server_->stats().requests, 0u);
+  server_->reset();
+  EXPECT_EQ(run_command(cli + " run -m " + url + cached + args), from_file);
+  EXPECT_EQ(server_->stats().requests, 0u);
+  EXPECT_EQ(run_command(cli + " run -m " + url + " --no-cache" + args), from_file);
+  EXPECT_GT(server_->stats().requests, 0u);
+}
+
+// ---- Response checks and the index format, without a server ---------------------
+
+HttpRangeResponse response(int status, const std::string& content_range, uint64_t body,
+                           const std::string& etag = "\"e\"") {
+  HttpRangeResponse r;
+  r.status = status;
+  r.content_range = content_range;
+  r.body_bytes = body;
+  r.etag = etag;
+  return r;
+}
+
+TEST(HttpRangeCheck, AcceptsOnlyTheAskedBytesOfTheKnownFile) {
+  RemoteFile known{1000, "\"e\"", ""};
+  EXPECT_EQ(check_range_response(response(206, "bytes 100-199/1000", 100), 100, 100, known).verdict,
+            RangeVerdict::kOk);
+  EXPECT_EQ(check_range_response(response(206, "bytes 101-200/1000", 100), 100, 100, known).verdict,
+            RangeVerdict::kFail);
+  EXPECT_EQ(check_range_response(response(206, "bytes 100-198/1000", 99), 100, 100, known).verdict,
+            RangeVerdict::kFail);
+  EXPECT_EQ(check_range_response(response(206, "bytes 100-199/1001", 100), 100, 100, known).verdict,
+            RangeVerdict::kChanged);
+  EXPECT_EQ(check_range_response(response(206, "bytes 100-199/1000", 100, "\"f\""), 100, 100, known).verdict,
+            RangeVerdict::kChanged);
+  EXPECT_EQ(check_range_response(response(206, "bytes 100-199/1000", 60), 100, 100, known).verdict,
+            RangeVerdict::kRetry);
+  EXPECT_EQ(check_range_response(response(206, "bytes 100-199/1000", 160), 100, 100, known).verdict,
+            RangeVerdict::kFail);
+  EXPECT_EQ(check_range_response(response(206, "", 100), 100, 100, known).verdict, RangeVerdict::kFail);
+  EXPECT_EQ(check_range_response(response(206, "bytes 100-199/*", 100), 100, 100, known).verdict,
+            RangeVerdict::kOk);
+  EXPECT_EQ(check_range_response(response(200, "", 1000), 100, 100, known).verdict,
+            RangeVerdict::kRangeIgnored);
+  EXPECT_EQ(check_range_response(response(200, "", 1000), 0, 1000, known).verdict, RangeVerdict::kOk);
+  EXPECT_EQ(check_range_response(response(503, "", 0), 0, 100, known).verdict, RangeVerdict::kRetry);
+  EXPECT_EQ(check_range_response(response(403, "", 0), 0, 100, known).verdict, RangeVerdict::kFail);
+  EXPECT_EQ(check_range_response(response(416, "bytes */1000", 0), 2000, 100, known).verdict,
+            RangeVerdict::kFail);
+  HttpRangeResponse reset;
+  reset.error = "Connection reset by peer";
+  EXPECT_EQ(check_range_response(reset, 0, 100, known).verdict, RangeVerdict::kRetry);
+
+  // The first request learns the size; a file shorter than the range is whole.
+  const RangeCheck first = check_range_response(response(206, "bytes 0-499/500", 500), 0, 1000, {});
+  EXPECT_EQ(first.verdict, RangeVerdict::kOk);
+  EXPECT_EQ(first.seen.size, 500u);
+  EXPECT_EQ(first.body_length, 500u);
+  EXPECT_EQ(check_range_response(response(206, "bytes 0-99/*", 100), 0, 100, {}).verdict,
+            RangeVerdict::kFail);
+}
+
+TEST(HttpRangeCheck, ParsesContentRange) {
+  uint64_t start = 0, end = 0, total = 0;
+  EXPECT_TRUE(parse_content_range("bytes 0-1048575/1185376", &start, &end, &total));
+  EXPECT_EQ(start, 0u);
+  EXPECT_EQ(end, 1048575u);
+  EXPECT_EQ(total, 1185376u);
+  EXPECT_TRUE(parse_content_range("bytes 5-9/*", &start, &end, &total));
+  EXPECT_EQ(total, 0u);
+  for (const char* bad : {"", "bytes", "bytes 9-5/10", "bytes 0-10/10", "items 0-1/2", "bytes 0-1/2x",
+                          "bytes -1/2", "bytes 0-99999999999999999999/1"}) {
+    EXPECT_FALSE(parse_content_range(bad, &start, &end, &total)) << bad;
+  }
+}
+
+TEST(HttpCacheIndex, RoundTripsAndRejectsDamage) {
+  CacheIndex index;
+  index.url = "https://example.org/m.gguf?download=true";
+  index.file = {2500000, "W/\"abc def\"", "Wed, 21 Oct 2015 07:28:00 GMT"};
+  index.page_bytes = 1u << 20;
+  index.pages = {true, false, true};
+  const std::string text = index.serialize();
+  EXPECT_EQ(text.substr(0, 32), "sipllm-cache 1 " + std::string(13, '0') + std::to_string(text.size()) + "\n");
+  const std::optional<CacheIndex> back = CacheIndex::parse(text + "trailing bytes of an older index");
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->url, index.url);
+  EXPECT_EQ(back->file.size, index.file.size);
+  EXPECT_EQ(back->file.etag, index.file.etag);
+  EXPECT_EQ(back->file.last_modified, index.file.last_modified);
+  EXPECT_EQ(back->pages, index.pages);
+  EXPECT_EQ(back->cached_bytes(), (1u << 20) + (2500000 - (2u << 20)));
+
+  EXPECT_FALSE(CacheIndex::parse(text.substr(0, text.size() - 1)).has_value());
+  std::string wrong_count = text;
+  wrong_count.replace(wrong_count.find("pages 101"), 9, "pages 1x1");
+  EXPECT_FALSE(CacheIndex::parse(wrong_count).has_value());
+  std::string wrong_size = text;
+  wrong_size.replace(wrong_size.find("size 2500000"), 12, "size 9500000");
+  EXPECT_FALSE(CacheIndex::parse(wrong_size).has_value()) << "page count no longer matches";
+  EXPECT_NE(cache_index_name(index.url), cache_index_name(index.url + "x"));
+}
+
+}  // namespace
+}  // namespace sipllm

@@ -1,0 +1,113 @@
+// The cache tier's bookkeeping: which pages of which model a CacheStore holds.
+//
+// Each cached URL has two files in the store, named after a hash of the URL:
+//   sipllm-HASH.pages  the model's bytes at their own offsets (a sparse copy)
+//   sipllm-HASH.index  text, see CacheIndex::serialize():
+//     sipllm-cache 1 LENGTH          (exactly 32 bytes: LENGTH is the index's
+//                                     size in bytes, 16 digits, so that a
+//                                     reader knows how much to read)
+//     url URL
+//     size BYTES
+//     etag ETAG                      (may be empty)
+//     last-modified DATE             (may be empty)
+//     page-bytes BYTES
+//     pages 0110...                  (one character per page: 1 stored, 0 not)
+//     end
+// Pages are written before the index that lists them, so an index never
+// claims a page that is not stored. An entry is one version of one URL: its
+// size, ETag and Last-Modified; a response that contradicts them means the
+// file changed, and the entry is deleted.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/http/range_response.h"
+#include "sipllm/http_source.h"
+
+namespace sipllm {
+
+struct CacheIndex {
+  std::string url;
+  RemoteFile file;
+  uint64_t page_bytes = 0;
+  std::vector<bool> pages;  // ceil(file.size / page_bytes) entries
+
+  uint64_t page_count() const { return pages.size(); }
+  uint64_t page_length(uint64_t page) const;  // the last page may be short
+  uint64_t cached_bytes() const;
+  std::string serialize() const;
+  // Nullopt when `text` is not a well-formed, self-consistent index.
+  static std::optional<CacheIndex> parse(const std::string& text);
+};
+
+// Store names of a URL's entry.
+std::string cache_index_name(const std::string& url);
+std::string cache_pages_name(const std::string& url);
+
+// The entry of `url` in `store`, when there is a valid one for exactly that URL.
+std::optional<CacheIndex> load_cache_index(CacheStore& store, const std::string& url);
+// Reads an index file of the store by name (nullopt when missing or invalid).
+std::optional<CacheIndex> read_cache_index(CacheStore& store, const std::string& name);
+
+// One open model's pages, for the life of one source. Thread-safe.
+class PageCache {
+ public:
+  // Uses an existing entry as it is.
+  PageCache(std::shared_ptr<CacheStore> store, CacheIndex index);
+  // Starts a new entry for `url`, replacing any other: removes its old files
+  // and writes an index with no pages. Caching is off if that write fails.
+  PageCache(std::shared_ptr<CacheStore> store, const std::string& url, const RemoteFile& file,
+            uint64_t page_bytes);
+
+  const RemoteFile& file() const { return index_.file; }
+  uint64_t page_bytes() const { return index_.page_bytes; }
+  uint64_t page_count() const { return index_.page_count(); }
+  uint64_t page_length(uint64_t page) const { return index_.page_length(page); }
+
+  // Whether fetched pages are still being stored, and if not, why.
+  bool writing() const;
+  std::string write_error() const;
+
+  // Claims, for the calling reader, those of `pages` that are neither stored
+  // nor being fetched by another reader. Returns for each page: kStored,
+  // kClaimed (the caller must fetch it, then call finish), or kBusy (another
+  // reader is fetching it; see wait_for).
+  enum class PageState { kStored, kClaimed, kBusy };
+  std::vector<PageState> claim(const std::vector<uint64_t>& pages);
+  // Blocks until `page` is no longer being fetched; then true if it is
+  // stored, or false after claiming it for the caller.
+  bool wait_for(uint64_t page);
+  // Ends a claim on pages [first, first + count): `bytes` (all of them, page
+  // aligned) are stored when given, and the pages are marked stored if the
+  // store took them; nullptr releases the claim after a failed fetch.
+  void finish(uint64_t first, uint64_t count, const uint8_t* bytes);
+
+  // Copies stored bytes; false (and the pages are forgotten) when the store
+  // no longer has them.
+  bool read(uint64_t offset, void* dst, size_t length);
+
+  // The file changed on the server: deletes the entry and stops caching.
+  void invalidate();
+
+ private:
+  void save_index_locked();
+  void stop_writing_locked(const std::string& why);
+
+  std::shared_ptr<CacheStore> store_;
+  const std::string index_name_;
+  const std::string pages_name_;
+  mutable std::mutex mutex_;
+  std::condition_variable fetched_;  // a claim ended
+  CacheIndex index_;
+  std::vector<bool> in_flight_;
+  bool writing_ = true;
+  std::string write_error_;
+};
+
+}  // namespace sipllm

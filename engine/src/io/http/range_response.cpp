@@ -1,0 +1,180 @@
+#include "io/http/range_response.h"
+
+#include <algorithm>
+#include <cctype>
+#include <limits>
+
+namespace sipllm {
+namespace {
+
+// Parses the decimal digits at text[*pos...]; false when there are none or they overflow.
+bool parse_decimal(const std::string& text, size_t* pos, uint64_t* value) {
+  const size_t begin = *pos;
+  uint64_t v = 0;
+  while (*pos < text.size() && std::isdigit(static_cast<unsigned char>(text[*pos]))) {
+    const auto digit = static_cast<uint64_t>(text[*pos] - '0');
+    if (v > (std::numeric_limits<uint64_t>::max() - digit) / 10) return false;
+    v = v * 10 + digit;
+    ++*pos;
+  }
+  *value = v;
+  return *pos > begin;
+}
+
+std::string quoted(const std::string& s) { return "'" + s + "'"; }
+
+// A validator that both sides state and that differs: the file changed. An
+// ETag on both sides decides alone (CDN edges may disagree on Last-Modified
+// for the same content); Last-Modified is compared only without one.
+std::string validator_change(const RemoteFile& known, const RemoteFile& seen) {
+  if (!known.etag.empty() && !seen.etag.empty()) {
+    return known.etag == seen.etag ? "" : "ETag was " + known.etag + ", now " + seen.etag;
+  }
+  if (!known.last_modified.empty() && !seen.last_modified.empty() &&
+      known.last_modified != seen.last_modified) {
+    return "Last-Modified was " + quoted(known.last_modified) + ", now " + quoted(seen.last_modified);
+  }
+  return "";
+}
+
+RangeCheck verdict(RangeVerdict v, std::string problem, const RemoteFile& seen) {
+  RangeCheck check;
+  check.verdict = v;
+  check.problem = std::move(problem);
+  check.seen = seen;
+  return check;
+}
+
+}  // namespace
+
+bool parse_content_range(const std::string& text, uint64_t* start, uint64_t* end, uint64_t* total) {
+  size_t pos = 0;
+  while (pos < text.size() && text[pos] == ' ') ++pos;
+  const std::string unit = "bytes ";
+  if (text.compare(pos, unit.size(), unit) != 0) return false;
+  pos += unit.size();
+  while (pos < text.size() && text[pos] == ' ') ++pos;
+  if (!parse_decimal(text, &pos, start)) return false;
+  if (pos >= text.size() || text[pos++] != '-') return false;
+  if (!parse_decimal(text, &pos, end) || *end < *start) return false;
+  if (pos >= text.size() || text[pos++] != '/') return false;
+  if (pos < text.size() && text[pos] == '*') {
+    *total = 0;
+    ++pos;
+  } else if (!parse_decimal(text, &pos, total) || *end >= *total) {
+    return false;
+  }
+  while (pos < text.size() && text[pos] == ' ') ++pos;
+  return pos == text.size();
+}
+
+std::string describe_range(const std::string& url, uint64_t offset, uint64_t length) {
+  const uint64_t last = length == 0 ? offset : offset + length - 1;
+  return url + " bytes " + std::to_string(offset) + "-" + std::to_string(last);
+}
+
+RangeCheck check_range_response(const HttpRangeResponse& response, uint64_t offset,
+                                uint64_t length, const RemoteFile& known) {
+  RemoteFile seen;
+  seen.etag = response.etag;
+  seen.last_modified = response.last_modified;
+  const std::string status = "HTTP " + std::to_string(response.status);
+
+  if (!response.error.empty() || response.status == 0) {
+    std::string problem = response.error.empty() ? "no response" : response.error;
+    if (response.status != 0) {
+      problem += " (after " + status + ", " + std::to_string(response.body_bytes) + " of " +
+                 std::to_string(length) + " bytes received)";
+    }
+    return verdict(RangeVerdict::kRetry, problem, seen);
+  }
+  if (response.status >= 500) return verdict(RangeVerdict::kRetry, status, seen);
+  if (response.status == 416) {
+    return verdict(RangeVerdict::kFail,
+                   status + " (range not satisfiable: Content-Range " +
+                       quoted(response.content_range) + ")",
+                   seen);
+  }
+  if (response.status >= 400) return verdict(RangeVerdict::kFail, status, seen);
+
+  if (response.status == 200) {
+    // The whole file. Fine only when that is what was asked: a read of the
+    // whole file, or a first request larger than the file.
+    seen.size = response.body_bytes;
+    const bool whole_asked = offset == 0 && response.body_bytes <= length &&
+                             (known.size == 0 || known.size == response.body_bytes);
+    if (!whole_asked) {
+      return verdict(RangeVerdict::kRangeIgnored,
+                     "the server ignored the Range header and answered HTTP 200 with the whole "
+                     "file (" + std::to_string(response.body_bytes) + " bytes)",
+                     seen);
+    }
+    const std::string change = validator_change(known, seen);
+    if (!change.empty()) return verdict(RangeVerdict::kChanged, change, seen);
+    RangeCheck ok = verdict(RangeVerdict::kOk, "", seen);
+    ok.body_length = response.body_bytes;
+    return ok;
+  }
+  if (response.status != 206) {
+    return verdict(RangeVerdict::kFail, "unexpected " + status, seen);
+  }
+
+  uint64_t start = 0, end = 0, total = 0;
+  if (response.content_range.empty()) {
+    return verdict(RangeVerdict::kFail,
+                   "HTTP 206 without a readable Content-Range header (a cross-origin server must "
+                   "list it in Access-Control-Expose-Headers)",
+                   seen);
+  }
+  if (!parse_content_range(response.content_range, &start, &end, &total)) {
+    return verdict(RangeVerdict::kFail,
+                   "malformed Content-Range " + quoted(response.content_range), seen);
+  }
+  if (total == 0 && known.size == 0) {
+    return verdict(RangeVerdict::kFail,
+                   "Content-Range " + quoted(response.content_range) +
+                       " does not state the file's size",
+                   seen);
+  }
+  seen.size = total == 0 ? known.size : total;
+  if (known.size != 0 && seen.size != known.size) {
+    return verdict(RangeVerdict::kChanged,
+                   "size was " + std::to_string(known.size) + " bytes, now " +
+                       std::to_string(seen.size) + " (Content-Range " +
+                       quoted(response.content_range) + ")",
+                   seen);
+  }
+  const std::string change = validator_change(known, seen);
+  if (!change.empty()) return verdict(RangeVerdict::kChanged, change, seen);
+
+  if (offset >= seen.size) {
+    return verdict(RangeVerdict::kFail, "the file has only " + std::to_string(seen.size) + " bytes",
+                   seen);
+  }
+  const uint64_t expected_end = std::min(offset + length, seen.size) - 1;
+  if (start != offset || end != expected_end) {
+    return verdict(RangeVerdict::kFail,
+                   "Content-Range " + quoted(response.content_range) + " does not match the bytes " +
+                       std::to_string(offset) + "-" + std::to_string(expected_end) + " asked for",
+                   seen);
+  }
+  const uint64_t expected_body = end - start + 1;
+  if (response.body_bytes < expected_body) {
+    return verdict(RangeVerdict::kRetry,
+                   "the body ended after " + std::to_string(response.body_bytes) + " of " +
+                       std::to_string(expected_body) + " bytes",
+                   seen);
+  }
+  if (response.body_bytes > expected_body) {
+    return verdict(RangeVerdict::kFail,
+                   "the body has " + std::to_string(response.body_bytes) +
+                       " bytes, more than the " + std::to_string(expected_body) +
+                       " its Content-Range announces",
+                   seen);
+  }
+  RangeCheck ok = verdict(RangeVerdict::kOk, "", seen);
+  ok.body_length = expected_body;
+  return ok;
+}
+
+}  // namespace sipllm

@@ -1,0 +1,521 @@
+// The SIMD kernels against their scalar references: bit for bit where the
+// arithmetic is integer (or replicates a fixed float order), within stated
+// tolerances where floats are summed in another order, on awkward sizes.
+// Also what the engine's determinism rests on: a result does not depend on
+// how many positions share a call, which rows share a tile, or the threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/half.h"
+#include "kernels/activation_quant.h"
+#include "kernels/attention.h"
+#include "kernels/elementwise.h"
+#include "kernels/matmul.h"
+#include "kernels/simd.h"
+#include "runtime/kv_cache.h"
+#include "sipllm/error.h"
+#include "model/tensor_type.h"
+#include "runtime/thread_pool.h"
+
+namespace sipllm {
+namespace {
+
+uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+// Equal as bit patterns (so -0 differs from 0 and NaNs are compared too).
+::testing::AssertionResult same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes " << a.size() << " vs " << b.size();
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (bits_of(a[i]) != bits_of(b[i])) {
+      return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " vs " << b[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+std::vector<float> random_floats(std::mt19937& rng, size_t n, float scale = 1.0f) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// ---- Half floats -------------------------------------------------------------
+
+TEST(KernelsFp16, FastConversionEqualsExactForEveryValue) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float exact = fp16_to_float(static_cast<uint16_t>(h));
+    ASSERT_EQ(bits_of(simd::fp16_to_f32(static_cast<uint16_t>(h))), bits_of(exact)) << "fp16 0x" << std::hex << h;
+  }
+  for (uint32_t h = 0; h < 65536; h += 4) {
+    alignas(16) float out[4];
+    simd::store(out, simd::fp16x4_to_f32x4(wasm_i32x4_make(static_cast<int32_t>(h), static_cast<int32_t>(h + 1),
+                                                           static_cast<int32_t>(h + 2), static_cast<int32_t>(h + 3))));
+    for (uint32_t j = 0; j < 4; ++j) {
+      ASSERT_EQ(bits_of(out[j]), bits_of(fp16_to_float(static_cast<uint16_t>(h + j)))) << "fp16 0x" << std::hex << h + j;
+    }
+  }
+}
+
+TEST(KernelsExp, WithinThreeUlpOfStdExp) {
+  for (float x = -87.0f; x <= 88.5f; x += 0.0137f) {
+    alignas(16) float out[4];
+    simd::store(out, simd::exp_f32x4(wasm_f32x4_splat(x)));
+    const double exact = std::exp(static_cast<double>(x));
+    ASSERT_NEAR(out[0], exact, exact * 3.6e-7) << "x = " << x;
+  }
+  alignas(16) float out[4];
+  simd::store(out, simd::exp_f32x4(wasm_f32x4_make(-1000.0f, 0.0f, -100.0f, 1000.0f)));
+  EXPECT_LT(out[0], 1.2e-38f);
+  EXPECT_EQ(out[1], 1.0f);
+  EXPECT_LT(out[2], 1.2e-38f);
+  EXPECT_GT(out[3], 3e38f);
+}
+
+// ---- Activation quantization ---------------------------------------------------
+
+TEST(KernelsActivationQuant, SimdEqualsReferenceAndStaysWithinHalfAStep) {
+  std::mt19937 rng(7);
+  struct Case {
+    ActivationFormat format;
+    int cols;
+  };
+  for (const Case c : {Case{ActivationFormat::kQ8_0, 32}, Case{ActivationFormat::kQ8_0, 96},
+                       Case{ActivationFormat::kQ8_0, 576}, Case{ActivationFormat::kQ8_0, 4864},
+                       Case{ActivationFormat::kQ8_K, 256}, Case{ActivationFormat::kQ8_K, 1536}}) {
+    const int block = activation_block(c.format);
+    for (float scale : {1.0f, 1e-3f, 300.0f}) {
+      std::vector<float> x = random_floats(rng, static_cast<size_t>(c.cols), scale);
+      for (int i = 0; i < block; ++i) x[static_cast<size_t>(i)] = 0.0f;  // an all-zero block
+      x[static_cast<size_t>(block) % x.size()] = 1e-30f;                  // a tiny value
+      std::vector<int16_t> q(x.size()), q_ref(x.size());
+      std::vector<float> d(x.size() / static_cast<size_t>(block)), d_ref(d.size());
+      std::vector<int32_t> sums(x.size() / 32), sums_ref(sums.size());
+      quantize_activation_row(x.data(), c.cols, c.format, q.data(), d.data(), sums.data());
+      quantize_activation_row_reference(x.data(), c.cols, c.format, q_ref.data(), d_ref.data(), sums_ref.data());
+      SCOPED_TRACE("block " + std::to_string(block) + ", cols " + std::to_string(c.cols));
+      EXPECT_EQ(q, q_ref);
+      EXPECT_TRUE(same_bits(d, d_ref));
+      EXPECT_EQ(sums, sums_ref);
+      for (size_t i = 0; i < x.size(); ++i) {
+        const float step = d[i / static_cast<size_t>(block)];
+        ASSERT_LE(std::abs(q[i]), 127);
+        ASSERT_LE(std::fabs(x[i] - step * q[i]), step * 0.5f * (1 + 1e-5f) + 1e-37f) << i;
+      }
+      if (c.cols >= 64) {
+        int32_t s = 0;
+        for (int i = 0; i < 32; ++i) s += q[static_cast<size_t>(i) + 32];
+        EXPECT_EQ(sums[1], s);
+      }
+    }
+  }
+}
+
+// ---- Matrix products ---------------------------------------------------------------
+
+struct TestMatrix {
+  TensorType type;
+  int rows, cols;
+  std::vector<uint8_t> bytes;
+  std::vector<float> dequantized;  // rows x cols
+  WeightMatrix view() const {
+    WeightMatrix w;
+    w.type = type;
+    w.rows = rows;
+    w.cols = cols;
+    w.data = bytes.data();
+    w.row_bytes = bytes.size() / static_cast<size_t>(rows);
+    return w;
+  }
+};
+
+// Weights quantized from random floats (as in a real file) or, with
+// raw_bits, arbitrary block bytes with finite scales (every bit pattern of
+// the quantized values, such as Q8_0's -128, gets exercised).
+TestMatrix make_matrix(TensorType type, int rows, int cols, std::mt19937& rng, bool raw_bits) {
+  const TensorTypeTraits& traits = tensor_type_traits(type);
+  TestMatrix m{type, rows, cols, {}, {}};
+  const size_t row_bytes = tensor_bytes(traits, static_cast<uint64_t>(cols));
+  m.bytes.resize(row_bytes * static_cast<size_t>(rows));
+  if (raw_bits && traits.block_elements > 1) {
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
+    for (uint8_t& b : m.bytes) b = static_cast<uint8_t>(byte(rng));
+    // The fp16 fields a block may have: K-quants know their own offsets.
+    const size_t blocks = m.bytes.size() / traits.block_bytes;
+    for (size_t i = 0; i < blocks; ++i) {
+      uint8_t* block = m.bytes.data() + i * traits.block_bytes;
+      const uint16_t d = float_to_fp16(scale(rng));
+      const uint16_t min = float_to_fp16(scale(rng));
+      switch (type) {
+        case TensorType::kQ4_1:
+        case TensorType::kQ5_1:
+        case TensorType::kQ4_K:
+        case TensorType::kQ5_K:
+          std::memcpy(block, &d, 2);
+          std::memcpy(block + 2, &min, 2);
+          break;
+        case TensorType::kQ6_K:
+          std::memcpy(block + offsetof(BlockQ6_K, d), &d, 2);
+          break;
+        default:
+          std::memcpy(block, &d, 2);
+      }
+    }
+  } else {
+    const std::vector<float> w = random_floats(rng, static_cast<size_t>(rows) * cols, 0.05f);
+    for (int r = 0; r < rows; ++r) {
+      quantize_row(type, w.data() + static_cast<size_t>(r) * cols, m.bytes.data() + static_cast<size_t>(r) * row_bytes,
+                   static_cast<size_t>(cols));
+    }
+  }
+  m.dequantized.resize(static_cast<size_t>(rows) * cols);
+  for (int r = 0; r < rows; ++r) {
+    dequantize_row(type, m.bytes.data() + static_cast<size_t>(r) * row_bytes,
+                   m.dequantized.data() + static_cast<size_t>(r) * cols, static_cast<size_t>(cols));
+  }
+  return m;
+}
+
+// Runs a kernel (SIMD or reference) over rows [row_begin, row_end).
+std::vector<float> run_kernel(MatmulRowsFn fn, const WeightMatrix& w, int row_begin, int row_end,
+                              const std::vector<float>& x, int n_positions, const MatmulKernel& kernel,
+                              size_t y_stride) {
+  ActivationView view;
+  view.n_positions = n_positions;
+  view.cols = w.cols;
+  view.f32 = x.data();
+  QuantizedActivations q;
+  if (kernel.activations != ActivationFormat::kF32) {
+    quantize_activations(x.data(), n_positions, w.cols, kernel.activations, &q);
+    view.q = &q;
+  }
+  std::vector<float> y(y_stride * static_cast<size_t>(n_positions), -7.0f);
+  fn(w, row_begin, row_end, view, y.data(), y_stride);
+  return y;
+}
+
+bool is_integer_type(TensorType t) {
+  return t != TensorType::kF32 && t != TensorType::kF16 && t != TensorType::kBF16;
+}
+
+std::vector<TensorType> kernel_types() {
+  std::vector<TensorType> types;
+  for (TensorType t : {TensorType::kF32, TensorType::kF16, TensorType::kBF16, TensorType::kQ4_0,
+                       TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ8_0,
+                       TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
+    if (find_matmul_kernel(t) != nullptr) types.push_back(t);
+  }
+  return types;
+}
+
+std::string type_name(TensorType t) { return tensor_type_name(static_cast<uint32_t>(t)); }
+
+// Row lengths to try: awkward ones where the format allows them.
+std::vector<int> test_cols(TensorType t) {
+  const uint32_t block = tensor_type_traits(t).block_elements;
+  if (block == 1) return {1, 3, 4, 7, 33, 64, 101};
+  if (block == 32) return {32, 96, 160, 576};
+  return {256, 768};
+}
+
+class MatmulKernelTest : public ::testing::TestWithParam<TensorType> {};
+
+// SIMD against reference over rows and positions of awkward counts, for a
+// sub-range of rows and a y stride wider than the rows.
+TEST_P(MatmulKernelTest, SimdMatchesReference) {
+  const TensorType type = GetParam();
+  const MatmulKernel& kernel = *find_matmul_kernel(type);
+  std::mt19937 rng(11);
+  for (int cols : test_cols(type)) {
+    for (int rows : {1, 3, 4, 5, 17}) {
+      for (bool raw : {false, true}) {
+        const TestMatrix m = make_matrix(type, rows, cols, rng, raw);
+        const WeightMatrix w = m.view();
+        for (int n_positions : {1, 2, 3, 4, 5, 9, 70}) {
+          const std::vector<float> x = random_floats(rng, static_cast<size_t>(n_positions) * cols);
+          const int row_begin = rows > 4 ? 1 : 0;
+          const size_t stride = static_cast<size_t>(rows) + 3;
+          const std::vector<float> y = run_kernel(kernel.rows, w, row_begin, rows, x, n_positions, kernel, stride);
+          const std::vector<float> ref = run_kernel(kernel.reference, w, row_begin, rows, x, n_positions, kernel, stride);
+          SCOPED_TRACE(type_name(type) + (raw ? " raw bits" : " quantized") + ", rows " + std::to_string(rows) +
+                       ", cols " + std::to_string(cols) + ", positions " + std::to_string(n_positions));
+          if (is_integer_type(type)) {
+            ASSERT_TRUE(same_bits(y, ref));
+            continue;
+          }
+          for (int p = 0; p < n_positions; ++p) {
+            for (size_t r = 0; r < stride; ++r) {
+              const size_t i = static_cast<size_t>(p) * stride + r;
+              if (static_cast<int>(r) < row_begin || static_cast<int>(r) >= rows) {
+                ASSERT_EQ(y[i], -7.0f) << "wrote outside its rows";
+                continue;
+              }
+              double magnitude = 0;
+              for (int k = 0; k < cols; ++k) {
+                magnitude += std::fabs(m.dequantized[r * static_cast<size_t>(cols) + static_cast<size_t>(k)] *
+                                       x[static_cast<size_t>(p) * cols + static_cast<size_t>(k)]);
+              }
+              // Float sums in another order: within (n + 8) roundings of the magnitudes.
+              ASSERT_NEAR(y[i], ref[i], (cols + 8) * 6e-8 * magnitude + 1e-30) << "row " << r << ", position " << p;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The reference itself against the dequantized weights (tensor_type's
+// dequantize_row) times the dequantized activations, in double: equal up to
+// float rounding, so every unpacked bit is checked.
+TEST_P(MatmulKernelTest, ReferenceComputesTheProductOfTheDequantizedWeights) {
+  const TensorType type = GetParam();
+  const MatmulKernel& kernel = *find_matmul_kernel(type);
+  std::mt19937 rng(13);
+  for (int cols : test_cols(type)) {
+    for (bool raw : {false, true}) {
+      const int rows = 6, n_positions = 3;
+      const TestMatrix m = make_matrix(type, rows, cols, rng, raw);
+      const std::vector<float> x = random_floats(rng, static_cast<size_t>(n_positions) * cols);
+      const std::vector<float> y =
+          run_kernel(kernel.reference, m.view(), 0, rows, x, n_positions, kernel, static_cast<size_t>(rows));
+      // The activations as the integer kernels see them.
+      std::vector<double> xs(x.begin(), x.end());
+      if (kernel.activations != ActivationFormat::kF32) {
+        QuantizedActivations q;
+        quantize_activations(x.data(), n_positions, cols, kernel.activations, &q);
+        const int block = activation_block(kernel.activations);
+        for (int p = 0; p < n_positions; ++p) {
+          for (int k = 0; k < cols; ++k) {
+            xs[static_cast<size_t>(p) * cols + static_cast<size_t>(k)] =
+                static_cast<double>(q.d_row(p)[k / block]) * q.q_row(p)[k];
+          }
+        }
+      }
+      for (int p = 0; p < n_positions; ++p) {
+        for (int r = 0; r < rows; ++r) {
+          double exact = 0, magnitude = 0;
+          for (int k = 0; k < cols; ++k) {
+            const double product = m.dequantized[static_cast<size_t>(r) * cols + static_cast<size_t>(k)] *
+                                   xs[static_cast<size_t>(p) * cols + static_cast<size_t>(k)];
+            exact += product;
+            magnitude += std::fabs(product);
+          }
+          // A few float roundings per block (the scales' products, the sums),
+          // each relative to the magnitudes involved.
+          ASSERT_NEAR(y[static_cast<size_t>(p) * rows + static_cast<size_t>(r)], exact, magnitude * 2e-6 + 1e-12)
+              << type_name(type) << (raw ? " raw bits" : "") << ", cols " << cols << ", row " << r << ", position " << p;
+        }
+      }
+    }
+  }
+}
+
+// What layer-major prefill and the thread count rely on: (row, position)
+// comes out the same alone or in a batch, in any tile, on any thread count.
+TEST_P(MatmulKernelTest, ResultDoesNotDependOnBatchOrThreads) {
+  const TensorType type = GetParam();
+  std::mt19937 rng(17);
+  const int cols = test_cols(type).back();
+  // Enough rows that even one position is split across threads.
+  const int rows = 301, n_positions = 23;
+  const TestMatrix m = make_matrix(type, rows, cols, rng, false);
+  const WeightMatrix w = m.view();
+  const std::vector<float> x = random_floats(rng, static_cast<size_t>(n_positions) * cols);
+
+  ThreadPool one(1), three(3);
+  std::vector<float> batch1(static_cast<size_t>(rows) * n_positions), batch3(batch1.size());
+  matmul(w, x.data(), n_positions, batch1.data(), one);
+  matmul(w, x.data(), n_positions, batch3.data(), three);
+  EXPECT_TRUE(same_bits(batch1, batch3));
+
+  for (int p = 0; p < n_positions; ++p) {
+    std::vector<float> single(static_cast<size_t>(rows));
+    matmul(w, x.data() + static_cast<size_t>(p) * cols, 1, single.data(), three);
+    const std::vector<float> from_batch(batch1.begin() + static_cast<long>(p) * rows,
+                                        batch1.begin() + static_cast<long>(p + 1) * rows);
+    ASSERT_TRUE(same_bits(single, from_batch)) << "position " << p;
+  }
+  // Rows computed in another grouping (starting at an odd row).
+  const MatmulKernel& kernel = *find_matmul_kernel(type);
+  const std::vector<float> shifted = run_kernel(kernel.rows, w, 3, rows, x, n_positions, kernel, static_cast<size_t>(rows));
+  for (int p = 0; p < n_positions; ++p) {
+    for (int r = 3; r < rows; ++r) {
+      const size_t i = static_cast<size_t>(p) * rows + static_cast<size_t>(r);
+      ASSERT_EQ(bits_of(shifted[i]), bits_of(batch1[i])) << "row " << r << ", position " << p;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, MatmulKernelTest, ::testing::ValuesIn(kernel_types()),
+                         [](const ::testing::TestParamInfo<TensorType>& info) { return type_name(info.param); });
+
+TEST(KernelsMatmul, EveryFileTypeHasAKernel) {
+  for (TensorType t : {TensorType::kF32, TensorType::kF16, TensorType::kBF16, TensorType::kQ4_0,
+                       TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ8_0,
+                       TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
+    EXPECT_NE(find_matmul_kernel(t), nullptr) << type_name(t);
+  }
+}
+
+TEST(KernelsMatmul, UnsupportedTypeIsAClearError) {
+  const uint8_t bytes[256] = {};
+  WeightMatrix w;
+  w.type = static_cast<TensorType>(10);  // Q2_K
+  w.rows = 1;
+  w.cols = 256;
+  w.data = bytes;
+  w.row_bytes = sizeof bytes;
+  ThreadPool pool(1);
+  std::vector<float> x(256), y(1);
+  try {
+    matmul(w, x.data(), 1, y.data(), pool);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("Q2_K"), std::string::npos) << e.what();
+  }
+}
+
+TEST(KernelsMatmul, QuantizedActivationsAreSharedBetweenProducts) {
+  std::mt19937 rng(19);
+  const TestMatrix a = make_matrix(TensorType::kQ8_0, 8, 64, rng, false);
+  const TestMatrix b = make_matrix(TensorType::kQ4_0, 8, 64, rng, false);
+  const std::vector<float> x = random_floats(rng, 2 * 64);
+  ThreadPool pool(2);
+  Activations shared;
+  shared.reset(x.data(), 2, 64);
+  std::vector<float> ya(16), yb(16), ya_alone(16), yb_alone(16);
+  matmul(a.view(), shared, ya.data(), pool);
+  const int16_t* first = shared.quantized(ActivationFormat::kQ8_0, pool).q.data();
+  matmul(b.view(), shared, yb.data(), pool);
+  EXPECT_EQ(shared.quantized(ActivationFormat::kQ8_0, pool).q.data(), first);  // not made again
+  matmul(a.view(), x.data(), 2, ya_alone.data(), pool);
+  matmul(b.view(), x.data(), 2, yb_alone.data(), pool);
+  EXPECT_TRUE(same_bits(ya, ya_alone));
+  EXPECT_TRUE(same_bits(yb, yb_alone));
+}
+
+// ---- Element-wise operations -------------------------------------------------------
+
+const int kSizes[] = {1, 2, 3, 4, 5, 7, 8, 63, 64, 65, 1536};
+
+TEST(KernelsElementwise, RmsnormMatchesReference) {
+  std::mt19937 rng(23);
+  for (int n : kSizes) {
+    const std::vector<float> x = random_floats(rng, static_cast<size_t>(n), 3.0f);
+    const std::vector<float> weight = random_floats(rng, static_cast<size_t>(n));
+    std::vector<float> out(x.size()), ref(x.size());
+    rmsnorm(out.data(), x.data(), weight.data(), n, 1e-5f);
+    rmsnorm_reference(ref.data(), x.data(), weight.data(), n, 1e-5f);
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(out[i], ref[i], std::fabs(ref[i]) * 2e-6 + 1e-30) << n;
+  }
+}
+
+TEST(KernelsElementwise, RopeEqualsReferenceExactly) {
+  std::mt19937 rng(29);
+  struct Shape {
+    int heads, head_dim, rope_dims;
+  };
+  for (const Shape s : {Shape{9, 64, 64}, Shape{2, 8, 8}, Shape{3, 10, 10}, Shape{4, 64, 32}, Shape{1, 6, 6}}) {
+    for (int pos : {0, 1, 17, 4000}) {
+      for (float base : {10000.0f, 1000000.0f}) {
+        std::vector<float> v = random_floats(rng, static_cast<size_t>(s.heads) * s.head_dim);
+        std::vector<float> ref = v;
+        std::vector<float> table(2 * static_cast<size_t>(s.rope_dims));
+        rope_angles(pos, s.rope_dims, base, table.data());
+        rope_rotate(v.data(), s.heads, s.head_dim, s.rope_dims, table.data());
+        rope_reference(ref.data(), s.heads, s.head_dim, s.rope_dims, pos, base);
+        ASSERT_TRUE(same_bits(v, ref)) << "head_dim " << s.head_dim << ", pos " << pos;
+      }
+    }
+  }
+}
+
+TEST(KernelsElementwise, SoftmaxMatchesReference) {
+  std::mt19937 rng(31);
+  for (int n : kSizes) {
+    for (float scale : {1.0f, 30.0f}) {
+      std::vector<float> x = random_floats(rng, static_cast<size_t>(n), scale);
+      std::vector<float> ref = x;
+      softmax(x.data(), n);
+      softmax_reference(ref.data(), n);
+      for (int i = 0; i < n; ++i) ASSERT_NEAR(x[static_cast<size_t>(i)], ref[static_cast<size_t>(i)], ref[static_cast<size_t>(i)] * 2e-6 + 1e-9) << n;
+    }
+  }
+}
+
+TEST(KernelsElementwise, SwigluMatchesReference) {
+  std::mt19937 rng(37);
+  for (int n : kSizes) {
+    std::vector<float> gate = random_floats(rng, static_cast<size_t>(n), 4.0f);
+    const std::vector<float> up = random_floats(rng, static_cast<size_t>(n));
+    if (n > 2) gate[1] = -100.0f;  // exp(-g) far beyond the float range
+    std::vector<float> ref = gate;
+    swiglu(gate.data(), up.data(), n);
+    swiglu_reference(ref.data(), up.data(), n);
+    for (int i = 0; i < n; ++i) {
+      ASSERT_NEAR(gate[static_cast<size_t>(i)], ref[static_cast<size_t>(i)], std::fabs(ref[static_cast<size_t>(i)]) * 2e-6 + 1e-30) << n;
+    }
+  }
+}
+
+// ---- Attention ---------------------------------------------------------------------
+
+TEST(KernelsAttention, MatchesReferenceAndIsBatchAndThreadInvariant) {
+  std::mt19937 rng(41);
+  struct Shape {
+    int heads, kv_heads, head_dim;
+  };
+  for (const Shape s : {Shape{9, 3, 64}, Shape{8, 4, 8}, Shape{2, 1, 6}, Shape{14, 2, 64}}) {
+    const AttentionShape shape{s.heads, s.kv_heads, s.head_dim};
+    const int kv_dim = s.kv_heads * s.head_dim, dim = s.heads * s.head_dim;
+    const int n = 70;  // crosses a cache page of 64
+    KvCache cache(2, kv_dim, 256, 64);
+    cache.reserve(n);
+    for (int t = 0; t < n; ++t) {
+      const std::vector<float> k = random_floats(rng, static_cast<size_t>(kv_dim), 2.0f);
+      const std::vector<float> v = random_floats(rng, static_cast<size_t>(kv_dim));
+      std::copy(k.begin(), k.end(), cache.key(1, t));
+      std::copy(v.begin(), v.end(), cache.value(1, t));
+    }
+    const std::vector<float> q = random_floats(rng, static_cast<size_t>(n) * dim);
+    ThreadPool one(1), three(3);
+    std::vector<float> scratch;
+    std::vector<float> batch(q.size()), batch3(q.size());
+    attention(q.data(), n, 0, cache, 1, shape, batch.data(), one, scratch);
+    attention(q.data(), n, 0, cache, 1, shape, batch3.data(), three, scratch);
+    EXPECT_TRUE(same_bits(batch, batch3));
+
+    std::vector<float> scores(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      std::vector<float> single(static_cast<size_t>(dim));
+      attention(q.data() + static_cast<size_t>(i) * dim, 1, i, cache, 1, shape, single.data(), three, scratch);
+      ASSERT_TRUE(same_bits(single, std::vector<float>(batch.begin() + static_cast<long>(i) * dim,
+                                                       batch.begin() + static_cast<long>(i + 1) * dim)))
+          << "position " << i;
+      for (int h = 0; h < s.heads; ++h) {
+        std::vector<float> ref(static_cast<size_t>(s.head_dim));
+        const size_t offset = static_cast<size_t>(i) * dim + static_cast<size_t>(h) * s.head_dim;
+        attend_reference(q.data() + offset, i, h, cache, 1, shape, ref.data(), scores.data());
+        for (int d = 0; d < s.head_dim; ++d) {
+          ASSERT_NEAR(batch[offset + static_cast<size_t>(d)], ref[static_cast<size_t>(d)], 2e-5)
+              << "position " << i << ", head " << h << ", element " << d;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sipllm

@@ -1,0 +1,209 @@
+// Bad model files: each gives one clear Error naming what is wrong, never a
+// crash or a huge allocation.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "model/gguf.h"
+#include "sipllm/engine.h"
+#include "test_support.h"
+
+namespace sipllm {
+namespace {
+
+struct Failure {
+  ErrorKind kind;
+  std::string message;
+};
+
+Failure open_failure(std::vector<uint8_t> bytes) {
+  try {
+    Engine::open(make_memory_source(std::move(bytes), "bad.gguf"));
+  } catch (const Error& e) {
+    return {e.kind(), e.what()};
+  }
+  ADD_FAILURE() << "the model opened";
+  return {ErrorKind::kIo, ""};
+}
+
+void expect_failure(std::vector<uint8_t> bytes, ErrorKind kind, const std::string& names) {
+  const Failure f = open_failure(std::move(bytes));
+  EXPECT_EQ(f.kind, kind) << f.message;
+  EXPECT_NE(f.message.find(names), std::string::npos) << "message: " << f.message;
+}
+
+template <typename T>
+void poke(std::vector<uint8_t>& bytes, size_t offset, T value) {
+  std::memcpy(bytes.data() + offset, &value, sizeof value);
+}
+
+TEST(BadInput, TheGoodFileOpens) {
+  EXPECT_NO_THROW(Engine::open(make_memory_source(test::random_llama_bytes())));
+}
+
+TEST(BadInput, WrongMagic) {
+  auto bytes = test::random_llama_bytes();
+  bytes[0] = 'X';
+  expect_failure(bytes, ErrorKind::kFormat, "wrong magic at offset 0");
+}
+
+TEST(BadInput, UnknownVersion) {
+  auto bytes = test::random_llama_bytes();
+  poke<uint32_t>(bytes, 4, 7);
+  expect_failure(bytes, ErrorKind::kUnsupported, "GGUF version 7");
+  poke<uint32_t>(bytes, 4, 1);
+  expect_failure(bytes, ErrorKind::kUnsupported, "GGUF version 1");
+}
+
+TEST(BadInput, Version2Reads) {
+  // Versions 2 and 3 share the layout this engine reads.
+  auto bytes = test::random_llama_bytes();
+  poke<uint32_t>(bytes, 4, 2);
+  EXPECT_NO_THROW(Engine::open(make_memory_source(bytes)));
+}
+
+TEST(BadInput, TruncatedAnywhereInTheHeaderIsAnErrorNotACrash) {
+  const auto bytes = test::random_llama_bytes();
+  auto source = make_memory_source(bytes);
+  const uint64_t data_offset = GgufFile::parse(*source).data_offset();
+  // Every cut inside the header, and a few inside the tensor data.
+  for (uint64_t cut = 0; cut < data_offset + 4096; cut += cut < data_offset ? 1 : 97) {
+    std::vector<uint8_t> truncated(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(cut));
+    const Failure f = open_failure(std::move(truncated));
+    EXPECT_TRUE(f.kind == ErrorKind::kFormat) << "cut at " << cut << ": " << f.message;
+    EXPECT_FALSE(f.message.empty());
+  }
+}
+
+TEST(BadInput, TruncatedFileNamesOffsetAndSize) {
+  auto bytes = test::random_llama_bytes();
+  bytes.resize(bytes.size() - 100);
+  // The last tensor's data now runs past the end.
+  expect_failure(bytes, ErrorKind::kFormat, "lies outside the file");
+}
+
+TEST(BadInput, TensorDataOutsideTheFile) {
+  auto bytes = test::random_llama_bytes();
+  // A tensor info is: name (u64 length + bytes), n_dims (u32), dims (u64
+  // each), type (u32), offset (u64). The name occurs once in the file.
+  const std::string name = "blk.1.attn_q.weight";
+  const auto at = std::search(bytes.begin(), bytes.end(), name.begin(), name.end());
+  ASSERT_NE(at, bytes.end());
+  const size_t field = static_cast<size_t>(at - bytes.begin()) + name.size() + 4 + 2 * 8 + 4;
+  poke<uint64_t>(bytes, field, uint64_t{1} << 40);
+  expect_failure(bytes, ErrorKind::kFormat, "tensor 'blk.1.attn_q.weight': data at offset");
+}
+
+TEST(BadInput, ShapeThatContradictsTheHyperParameters) {
+  GgufWriter writer = test::random_llama_writer();
+  writer.set_uint32("llama.feed_forward_length", 100);  // the file's FFN has 160 rows
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat, "tensor 'blk.0.ffn_gate.weight' has shape [64, 160]");
+}
+
+TEST(BadInput, UnsupportedTensorType) {
+  GgufWriter writer = test::random_llama_writer();
+  // A Q2_K tensor (type 10) of 256 elements: 84 bytes.
+  writer.add_tensor("blk.0.extra.weight", {256}, 10, 84, [](std::vector<uint8_t>& out) { out.assign(84, 0); });
+  expect_failure(writer.to_bytes(), ErrorKind::kUnsupported, "tensor 'blk.0.extra.weight' has type Q2_K");
+}
+
+TEST(BadInput, UnsupportedArchitecture) {
+  GgufWriter writer = test::random_llama_writer();
+  writer.set_string("general.architecture", "mamba");
+  expect_failure(writer.to_bytes(), ErrorKind::kUnsupported, "architecture 'mamba'");
+}
+
+TEST(BadInput, MissingRequiredKey) {
+  GgufWriter writer = test::random_llama_writer();
+  writer.remove("llama.attention.head_count");
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat, "missing required metadata key 'llama.attention.head_count'");
+  writer = test::random_llama_writer();
+  writer.remove("llama.attention.layer_norm_rms_epsilon");
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat, "llama.attention.layer_norm_rms_epsilon");
+}
+
+TEST(BadInput, KeyOfTheWrongType) {
+  GgufWriter writer = test::random_llama_writer();
+  writer.set_string("llama.block_count", "four");
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat, "metadata key 'llama.block_count' has type string");
+}
+
+TEST(BadInput, MissingTensor) {
+  GgufWriter writer = test::random_llama_writer();
+  writer.set_uint32("llama.block_count", 5);  // the file has 4 blocks
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat, "missing tensor 'blk.4.attn_norm.weight'");
+}
+
+TEST(BadInput, HugeCountsAreRejectedBeforeAllocating) {
+  auto bytes = test::random_llama_bytes();
+  poke<uint64_t>(bytes, 8, uint64_t{1} << 60);  // tensor count
+  expect_failure(bytes, ErrorKind::kFormat, "tensor count");
+  bytes = test::random_llama_bytes();
+  poke<uint64_t>(bytes, 16, uint64_t{1} << 60);  // metadata count
+  expect_failure(bytes, ErrorKind::kFormat, "metadata count");
+  // The first key's length.
+  bytes = test::random_llama_bytes();
+  poke<uint64_t>(bytes, 24, uint64_t{1} << 62);
+  expect_failure(bytes, ErrorKind::kFormat, "past the end of the file");
+}
+
+TEST(BadInput, HugeArrayLengthIsRejected) {
+  GgufWriter writer = test::random_llama_writer();
+  writer.set_int32_array("zz.array", {1, 2, 3});
+  auto bytes = writer.to_bytes();
+  // Find the array's count (3, uint64) right after its element type (int32 = 5).
+  for (size_t i = 0; i + 12 <= bytes.size(); ++i) {
+    uint32_t type;
+    uint64_t count;
+    std::memcpy(&type, bytes.data() + i, 4);
+    std::memcpy(&count, bytes.data() + i + 4, 8);
+    int32_t first;
+    std::memcpy(&first, bytes.data() + i + 12, 4);
+    if (type == 5 && count == 3 && first == 1) {
+      poke<uint64_t>(bytes, i + 4, uint64_t{1} << 61);
+      break;
+    }
+  }
+  expect_failure(bytes, ErrorKind::kFormat, "metadata key 'zz.array': array of");
+}
+
+TEST(BadInput, NotAFileAtAll) {
+  try {
+    Engine::open(open_file_source(test::model_path("does-not-exist.gguf")));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kIo);
+    EXPECT_NE(std::string(e.what()).find("does-not-exist.gguf"), std::string::npos);
+  }
+  // A llama2.c checkpoint is not GGUF.
+  expect_failure(std::vector<uint8_t>(1000, 0), ErrorKind::kFormat, "not a GGUF file");
+}
+
+// The CLI reports a bad model in one line and exits non-zero.
+TEST(BadInput, CliExitsNonZeroWithOneLine) {
+  const std::string path = testing::TempDir() + "/bad-magic.gguf";
+  auto bytes = test::random_llama_bytes();
+  bytes[1] = 'X';
+  FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  std::fwrite(bytes.data(), 1, bytes.size(), f);
+  std::fclose(f);
+  const std::string command = std::string(SIPLLM_CLI_PATH) + " run -m " + path + " -p hi -n 4 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buffer[256];
+  while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) output += buffer;
+  const int status = pclose(pipe);
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  EXPECT_EQ(output, "sipllm: format error: " + path + ": not a GGUF file (wrong magic at offset 0)\n");
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace sipllm

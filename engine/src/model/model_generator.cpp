@@ -1,0 +1,335 @@
+#include "model/model_generator.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+
+#include "sipllm/error.h"
+#include "sipllm/random_model.h"
+
+namespace sipllm {
+namespace {
+
+// splitmix64 stream: fast, seeded, the same on every platform.
+class Random {
+ public:
+  explicit Random(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [-1, 1).
+  float symmetric() { return static_cast<float>(static_cast<double>(next() >> 11) * 0x1.0p-52 - 1.0); }
+  // Jumps over `n` draws: the state only ever advances by a constant.
+  void skip(uint64_t n) { state_ += n * 0x9e3779b97f4a7c15ull; }
+
+ private:
+  uint64_t state_;
+};
+
+uint64_t hash_name(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// llama.cpp's use_more_bits: the layers whose attn_v and ffn_down a K-quant
+// mix keeps at higher precision.
+bool uses_more_bits(int layer, int n_layers) {
+  return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
+}
+
+bool fits(TensorType type, uint64_t row_length) {
+  return row_length % tensor_type_traits(type).block_elements == 0;
+}
+
+// llama.cpp's tensor_type_fallback: the type used when rows do not fit the
+// wanted one's block.
+TensorType fitting_type(TensorType wanted, uint64_t row_length) {
+  if (fits(wanted, row_length)) return wanted;
+  TensorType fallback = TensorType::kF16;
+  switch (wanted) {
+    case TensorType::kQ4_K: fallback = TensorType::kQ5_0; break;
+    case TensorType::kQ5_K: fallback = TensorType::kQ5_1; break;
+    case TensorType::kQ6_K: fallback = TensorType::kQ8_0; break;
+    default: break;
+  }
+  return fits(fallback, row_length) ? fallback : TensorType::kF16;
+}
+
+// Row `r` of the seeded uniform matrix with `cols` columns and standard
+// deviation `std_dev`: rows can be made in any order.
+void random_row(uint64_t seed, uint64_t r, float std_dev, std::vector<float>& row) {
+  Random random(seed);
+  random.skip(r * row.size());
+  const float a = std_dev * std::sqrt(3.0f);  // uniform on [-a, a): std = a / sqrt(3)
+  for (float& x : row) x = random.symmetric() * a;
+}
+
+// A seeded random permutation of 0..n-1 (Fisher-Yates).
+std::vector<uint32_t> random_permutation(uint64_t seed, uint64_t n) {
+  std::vector<uint32_t> p(n);
+  for (uint64_t i = 0; i < n; ++i) p[i] = static_cast<uint32_t>(i);
+  Random random(seed);
+  for (uint64_t i = n; i > 1; --i) std::swap(p[i - 1], p[random.next() % i]);
+  return p;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+std::vector<std::string> model_shape_names() {
+  return {"tiny", "tiny-k", "smollm-135m", "qwen2.5-0.5b", "llama-3.2-1b", "kquant-small"};
+}
+
+ModelShape named_model_shape(const std::string& name) {
+  ModelShape s;
+  s.name = name;
+  if (name == "tiny") {
+    s.dim = 64, s.n_layers = 4, s.n_heads = 4, s.n_kv_heads = 2, s.hidden_dim = 160;
+    s.context_length = 512;
+  } else if (name == "tiny-k") {
+    s.dim = 256, s.n_layers = 2, s.n_heads = 4, s.n_kv_heads = 2, s.hidden_dim = 512;
+    s.context_length = 512;
+    // Untied, unlike "tiny": the mixes treat a separate output head
+    // differently, and it allows GeneratorOptions::successor_bias.
+    s.tied_output = false;
+  } else if (name == "smollm-135m") {
+    s.dim = 576, s.n_layers = 30, s.n_heads = 9, s.n_kv_heads = 3, s.hidden_dim = 1536;
+    s.rope_freq_base = 10000.0f;
+  } else if (name == "qwen2.5-0.5b") {
+    s.dim = 896, s.n_layers = 24, s.n_heads = 14, s.n_kv_heads = 2, s.hidden_dim = 4864;
+    s.rope_freq_base = 1000000.0f, s.rms_eps = 1e-6f;
+  } else if (name == "llama-3.2-1b") {
+    s.dim = 2048, s.n_layers = 16, s.n_heads = 32, s.n_kv_heads = 8, s.hidden_dim = 8192;
+    s.rope_freq_base = 500000.0f;
+  } else if (name == "kquant-small") {
+    s.dim = 512, s.n_layers = 8, s.n_heads = 8, s.n_kv_heads = 4, s.hidden_dim = 1536;
+  } else {
+    std::string known;
+    for (const std::string& n : model_shape_names()) known += (known.empty() ? "" : ", ") + n;
+    throw Error(ErrorKind::kInvalidArgument, "unknown model shape '" + name + "' (known: " + known + ")");
+  }
+  return s;
+}
+
+TensorType mixed_tensor_type(const GeneratorOptions& options, const std::string& name, int layer,
+                             uint64_t row_length) {
+  const bool is_output = name == "output.weight" || (options.shape.tied_output && name == "token_embd.weight");
+  const bool block_quant = tensor_type_traits(options.type).block_elements > 1;
+  if (options.mix == QuantMix::kPlain || (options.mix == QuantMix::kDefault && (!is_output || !block_quant))) {
+    return fitting_type(options.type, row_length);
+  }
+  if (options.mix == QuantMix::kDefault) {
+    if (options.type == TensorType::kQ8_0) return TensorType::kQ8_0;
+    return row_length % kQK_K == 0 ? TensorType::kQ6_K : TensorType::kQ8_0;
+  }
+  const TensorType base = options.mix == QuantMix::kQ4_K_M ? TensorType::kQ4_K : TensorType::kQ5_K;
+  TensorType type = base;
+  if (is_output) {
+    // Decided against the base type's block, before any fallback.
+    type = fits(base, row_length) ? TensorType::kQ6_K : TensorType::kQ8_0;
+  } else if ((ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight")) &&
+             uses_more_bits(layer, options.shape.n_layers)) {
+    type = TensorType::kQ6_K;
+  }
+  return fitting_type(type, row_length);
+}
+
+uint32_t llama_file_type(const GeneratorOptions& options) {
+  if (options.mix == QuantMix::kQ4_K_M) return 15;
+  if (options.mix == QuantMix::kQ5_K_M) return 17;
+  switch (options.type) {
+    case TensorType::kF32: return 0;
+    case TensorType::kF16: return 1;
+    case TensorType::kQ4_0: return 2;
+    case TensorType::kQ4_1: return 3;
+    case TensorType::kQ8_0: return 7;
+    case TensorType::kQ5_0: return 8;
+    case TensorType::kQ5_1: return 9;
+    case TensorType::kQ4_K: return 14;
+    case TensorType::kQ5_K: return 16;
+    case TensorType::kQ6_K: return 18;
+    case TensorType::kBF16: return 32;
+    case TensorType::kQ8_K: break;
+  }
+  throw Error(ErrorKind::kInvalidArgument, std::string("no model file can be of type ") +
+                                               tensor_type_traits(options.type).name);
+}
+
+void build_random_llama(const GgufFile& vocab, const GeneratorOptions& options, GgufWriter& writer) {
+  const ModelShape& s = options.shape;
+  if (options.successor_bias != 0 && s.tied_output) {
+    throw Error(ErrorKind::kInvalidArgument, "successor_bias needs an untied output head; shape '" + s.name +
+                                                 "' ties it to the token embeddings");
+  }
+  const auto* tokens = vocab.find_array("tokenizer.ggml.tokens", GgufType::kString);
+  if (tokens == nullptr) {
+    throw Error(ErrorKind::kFormat, "the vocabulary file has no tokenizer.ggml.tokens");
+  }
+  const auto n_vocab = static_cast<uint64_t>(tokens->strings.size());
+
+  writer.set_string("general.architecture", "llama");
+  writer.set_string("general.name", "random " + s.name);
+  writer.set_uint32("general.file_type", llama_file_type(options));
+  // ggml's quantization format version (GGML_QNT_VERSION), as llama.cpp writes it.
+  writer.set_uint32("general.quantization_version", 2);
+  writer.set_uint32("llama.context_length", static_cast<uint32_t>(s.context_length));
+  writer.set_uint32("llama.embedding_length", static_cast<uint32_t>(s.dim));
+  writer.set_uint32("llama.block_count", static_cast<uint32_t>(s.n_layers));
+  writer.set_uint32("llama.feed_forward_length", static_cast<uint32_t>(s.hidden_dim));
+  writer.set_uint32("llama.attention.head_count", static_cast<uint32_t>(s.n_heads));
+  writer.set_uint32("llama.attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
+  writer.set_uint32("llama.rope.dimension_count", static_cast<uint32_t>(s.dim / s.n_heads));
+  writer.set_float32("llama.rope.freq_base", s.rope_freq_base);
+  writer.set_float32("llama.attention.layer_norm_rms_epsilon", s.rms_eps);
+  writer.set_uint32("llama.vocab_size", static_cast<uint32_t>(n_vocab));
+  for (const auto& [key, value] : vocab.metadata()) {
+    if (key.rfind("tokenizer.", 0) == 0) writer.set_value(key, value);
+  }
+
+  // Each matrix row is made on demand from `make_row(r, row)`, then encoded.
+  using RowMaker = std::function<void(uint64_t r, std::vector<float>& row)>;
+  auto add_matrix_rows = [&](const std::string& name, int layer, uint64_t cols, uint64_t rows, RowMaker make_row) {
+    const TensorType type = mixed_tensor_type(options, name, layer, cols);
+    const uint64_t bytes = tensor_bytes(tensor_type_traits(type), cols * rows);
+    writer.add_tensor(name, {cols, rows}, static_cast<uint32_t>(type), bytes,
+                      [=](std::vector<uint8_t>& out) {
+                        out.resize(bytes);
+                        std::vector<float> row(cols);
+                        const uint64_t row_bytes = bytes / rows;
+                        for (uint64_t r = 0; r < rows; ++r) {
+                          make_row(r, row);
+                          quantize_row(type, row.data(), out.data() + r * row_bytes, cols);
+                        }
+                      });
+  };
+  auto seed_of = [&](const std::string& name) { return options.seed ^ hash_name(name); };
+  auto add_matrix = [&](const std::string& name, int layer, uint64_t cols, uint64_t rows) {
+    add_matrix_rows(name, layer, cols, rows,
+                    [seed = seed_of(name), std_dev = options.weight_scale](uint64_t r, std::vector<float>& row) {
+                      random_row(seed, r, std_dev, row);
+                    });
+  };
+  auto add_norm = [&](const std::string& name) {
+    const auto n = static_cast<uint64_t>(s.dim);
+    const uint64_t seed = options.seed ^ hash_name(name);
+    writer.add_tensor(name, {n}, static_cast<uint32_t>(TensorType::kF32), n * 4,
+                      [=](std::vector<uint8_t>& out) {
+                        Random random(seed);
+                        std::vector<float> w(n);
+                        for (float& x : w) x = 1.0f + 0.1f * random.symmetric();
+                        out.resize(n * 4);
+                        std::memcpy(out.data(), w.data(), n * 4);
+                      });
+  };
+
+  const auto dim = static_cast<uint64_t>(s.dim);
+  const auto kv_dim = dim / static_cast<uint64_t>(s.n_heads) * static_cast<uint64_t>(s.n_kv_heads);
+  const auto hidden = static_cast<uint64_t>(s.hidden_dim);
+  const float embedding_std = options.weight_scale * options.embedding_scale;
+  add_matrix_rows("token_embd.weight", -1, dim, n_vocab,
+                  [seed = seed_of("token_embd.weight"), embedding_std](uint64_t r, std::vector<float>& row) {
+                    random_row(seed, r, embedding_std, row);
+                  });
+  for (int l = 0; l < s.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    add_norm(p + "attn_norm.weight");
+    add_matrix(p + "attn_q.weight", l, dim, dim);
+    add_matrix(p + "attn_k.weight", l, dim, kv_dim);
+    add_matrix(p + "attn_v.weight", l, dim, kv_dim);
+    add_matrix(p + "attn_output.weight", l, dim, dim);
+    add_norm(p + "ffn_norm.weight");
+    add_matrix(p + "ffn_gate.weight", l, dim, hidden);
+    add_matrix(p + "ffn_up.weight", l, dim, hidden);
+    add_matrix(p + "ffn_down.weight", l, hidden, dim);
+  }
+  add_norm("output_norm.weight");
+  if (s.tied_output) return;
+  // Output row j: a random row, plus successor_bias times the embedding of
+  // the token whose successor j is under a fixed random permutation.
+  auto predecessor = std::make_shared<std::vector<uint32_t>>(
+      options.successor_bias != 0 ? random_permutation(seed_of("successor"), n_vocab) : std::vector<uint32_t>{});
+  add_matrix_rows("output.weight", -1, dim, n_vocab,
+                  [predecessor, seed = seed_of("output.weight"), embedding_seed = seed_of("token_embd.weight"),
+                   std_dev = options.weight_scale, embedding_std,
+                   bias = options.successor_bias](uint64_t r, std::vector<float>& row) {
+                    random_row(seed, r, std_dev, row);
+                    if (bias == 0) return;
+                    std::vector<float> embedding(row.size());
+                    random_row(embedding_seed, (*predecessor)[r], embedding_std, embedding);
+                    for (size_t i = 0; i < row.size(); ++i) row[i] += bias * (std_dev / embedding_std) * embedding[i];
+                  });
+}
+
+}  // namespace sipllm
+
+// ---- Public entry point (sipllm/random_model.h) --------------------------------
+
+namespace sipllm {
+namespace {
+
+struct NamedType {
+  const char* name;
+  TensorType type;
+  QuantMix mix;
+};
+
+const std::vector<NamedType>& named_types() {
+  static const std::vector<NamedType> kTypes = {
+      {"F32", TensorType::kF32, QuantMix::kPlain},     {"F16", TensorType::kF16, QuantMix::kPlain},
+      {"BF16", TensorType::kBF16, QuantMix::kPlain},   {"Q8_0", TensorType::kQ8_0, QuantMix::kDefault},
+      {"Q4_0", TensorType::kQ4_0, QuantMix::kDefault}, {"Q4_1", TensorType::kQ4_1, QuantMix::kDefault},
+      {"Q5_0", TensorType::kQ5_0, QuantMix::kDefault}, {"Q5_1", TensorType::kQ5_1, QuantMix::kDefault},
+      {"Q4_K", TensorType::kQ4_K, QuantMix::kDefault}, {"Q5_K", TensorType::kQ5_K, QuantMix::kDefault},
+      {"Q6_K", TensorType::kQ6_K, QuantMix::kDefault}, {"Q4_K_M", TensorType::kQ4_K, QuantMix::kQ4_K_M},
+      {"Q5_K_M", TensorType::kQ5_K, QuantMix::kQ5_K_M},
+  };
+  return kTypes;
+}
+
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> random_model_shapes() { return model_shape_names(); }
+
+std::vector<std::string> random_model_types() {
+  std::vector<std::string> names;
+  for (const NamedType& t : named_types()) names.push_back(t.name);
+  return names;
+}
+
+void write_random_model(const RandomModelSpec& spec, const std::string& out_path) {
+  const NamedType* type = nullptr;
+  for (const NamedType& t : named_types()) {
+    if (upper(spec.type) == t.name) type = &t;
+  }
+  if (type == nullptr) {
+    std::string known;
+    for (const std::string& n : random_model_types()) known += (known.empty() ? "" : ", ") + n;
+    throw Error(ErrorKind::kInvalidArgument, "unknown tensor type '" + spec.type + "' (known: " + known + ")");
+  }
+  GeneratorOptions options;
+  options.shape = named_model_shape(spec.shape);
+  options.type = type->type;
+  options.mix = type->mix;
+  options.seed = spec.seed;
+  auto source = open_file_source(spec.vocab_path);
+  const GgufFile vocab = GgufFile::parse(*source);
+  GgufWriter writer;
+  build_random_llama(vocab, options, writer);
+  writer.write_file(out_path);
+}
+
+}  // namespace sipllm

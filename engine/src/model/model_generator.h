@@ -1,0 +1,98 @@
+// Writes llama-architecture GGUF files with random weights in a named shape:
+// the fixtures of benchmarks (realistic shapes) and tests (tiny ones).
+//
+// The tokenizer is copied from a vocabulary GGUF (any model or vocab-only
+// file); the vocabulary size follows it. The weights are seeded, so the same
+// arguments write the same file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/gguf_writer.h"
+#include "model/tensor_type.h"
+
+namespace sipllm {
+
+struct ModelShape {
+  std::string name;
+  int dim = 0;
+  int n_layers = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int hidden_dim = 0;
+  int context_length = 2048;
+  float rope_freq_base = 10000.0f;
+  float rms_eps = 1e-5f;
+  bool tied_output = true;
+};
+
+// Known shapes: "tiny" (tests), "tiny-k" (tests of K-quants: every row a
+// multiple of 256, and an untied output head), "smollm-135m", "qwen2.5-0.5b", "llama-3.2-1b",
+// "kquant-small" (every row a multiple of 256). Throws for an unknown name.
+ModelShape named_model_shape(const std::string& name);
+std::vector<std::string> model_shape_names();
+
+// How the matrices get their types.
+//   kPlain: every matrix `type` (as llama.cpp's quantize --pure), but for
+//     rows that do not fit its block.
+//   kDefault: the same, except the output head (or the token embeddings tied
+//     to it), which llama.cpp's quantize makes Q6_K, or Q8_0 where its rows
+//     are not a multiple of 256 (a Q8_0 model keeps Q8_0). This is what
+//     `quantize model Q4_0` writes, so sizes match files from a model hub.
+//   kQ4_K_M, kQ5_K_M: llama.cpp's mixes of those names (see
+//     mixed_tensor_type); `type` is ignored.
+enum class QuantMix { kPlain, kDefault, kQ4_K_M, kQ5_K_M };
+
+struct GeneratorOptions {
+  ModelShape shape;
+  TensorType type = TensorType::kQ8_0;  // matrices; norms are always F32
+  QuantMix mix = QuantMix::kPlain;
+  uint64_t seed = 1;
+  float weight_scale = 0.02f;  // uniform weights with this standard deviation
+  // Token embeddings' standard deviation, in units of weight_scale.
+  float embedding_scale = 1;
+  // Random weights make flat, aimless models: the top two of n_vocab random
+  // logits differ by about a tenth of their spread, and greedy decoding
+  // settles on one token within a few steps. Trained models carry the
+  // current token through the residual stream and map it to likely
+  // successors. successor_bias > 0 builds that in: a fixed random permutation
+  // gives every token a successor, and the output head's row for a token
+  // gets successor_bias times the (unit-scale) embedding direction of its
+  // predecessor. With embedding_scale > 1 the current token stays visible
+  // through the layers, so the model prefers the successor by a clear margin
+  // while the layers still move the logits with the context. Needs an
+  // untied output head (throws otherwise). 0: purely random.
+  float successor_bias = 0;
+};
+
+// The type a matrix gets, as llama.cpp's quantizer picks it
+// (llama_tensor_get_type in src/llama-quant.cpp) for llama-architecture
+// models without an importance matrix:
+// - Q4_K_M and Q5_K_M start from Q4_K and Q5_K;
+// - the output head, and the token embeddings when they are tied to it, get
+//   Q6_K, or Q8_0 when their rows are not a multiple of 256;
+// - attn_v and ffn_down get Q6_K on the "more bits" layers: the first and
+//   last eighth of the layers and every third layer in between
+//   (layer < n/8 || layer >= 7n/8 || (layer - n/8) % 3 == 2);
+// - then a type whose block does not divide the row length falls back:
+//   Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, anything else (or a fallback
+//   that does not fit either) -> F16.
+// `layer` is -1 for tensors outside the blocks.
+TensorType mixed_tensor_type(const GeneratorOptions& options, const std::string& name, int layer,
+                             uint64_t row_length);
+
+// general.file_type for the options: llama.cpp's `enum llama_ftype` (not a
+// ggml type id). A plain Q4_K or Q5_K file says Q4_K_S / Q5_K_S, the mixes
+// closest to uniform, as llama.cpp's quantize --pure would.
+uint32_t llama_file_type(const GeneratorOptions& options);
+
+// Builds the GGUF in `writer`: metadata, the tokenizer copied from `vocab`,
+// and tensors produced lazily when the writer writes. The weights depend only
+// on the shape, the seed and the tensor's name, never on its type, so files
+// of one shape and seed in different types are one model at different
+// precisions.
+void build_random_llama(const GgufFile& vocab, const GeneratorOptions& options, GgufWriter& writer);
+
+}  // namespace sipllm

@@ -1,0 +1,356 @@
+// The public Engine: ties the reader, tokenizer, loader, transformer and
+// sampler into a conversation with a KV cache.
+#include "sipllm/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+
+#include "model/gguf.h"
+#include "runtime/kernel_warm_up.h"
+#include "runtime/kv_cache.h"
+#include "runtime/layer_loader.h"
+#include "model/model_layout.h"
+#include "runtime/sampler.h"
+#include "text/stop_strings.h"
+#include "runtime/thread_pool.h"
+#include "text/tokenizer.h"
+#include "runtime/transformer.h"
+
+namespace sipllm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+ModelInfo describe(const GgufFile& gguf, const ModelLayout& layout, const Tokenizer& tokenizer) {
+  ModelInfo info;
+  const LlamaConfig& c = layout.config;
+  info.architecture = layout.architecture;
+  info.name = layout.name;
+  info.n_layers = c.n_layers;
+  info.dim = c.dim;
+  info.hidden_dim = c.hidden_dim;
+  info.n_heads = c.n_heads;
+  info.n_kv_heads = c.n_kv_heads;
+  info.head_dim = c.head_dim;
+  info.n_vocab = c.n_vocab;
+  info.context_length = c.context_length;
+  info.rope_dims = c.rope_dims;
+  info.rms_eps = c.rms_eps;
+  info.rope_freq_base = c.rope_freq_base;
+  info.gguf_version = gguf.version();
+  info.file_bytes = gguf.file_size();
+  info.weight_bytes = layout.weight_bytes();
+  info.tied_output = layout.tied_output;
+  for (const GgufTensorInfo& t : gguf.tensors()) ++info.tensors_by_type[tensor_type_name(t.type_id)];
+  info.tokenizer = tokenizer.kind();
+  info.bos = tokenizer.bos();
+  info.eos = tokenizer.eos();
+  if (info.bos >= 0) info.bos_text = tokenizer.token_text(info.bos);
+  if (info.eos >= 0) info.eos_text = tokenizer.token_text(info.eos);
+  info.chat_template = gguf.get_string("tokenizer.chat_template", "");
+  return info;
+}
+
+class EngineImpl final : public Engine {
+ public:
+  EngineImpl(std::unique_ptr<WeightSource> source, const EngineOptions& options)
+      : source_(std::move(source)),
+        options_(options),
+        gguf_(GgufFile::parse(*source_)),
+        layout_(describe_llama_model(gguf_)),
+        tokenizer_(Tokenizer::from_gguf(gguf_)),
+        info_(describe(gguf_, layout_, *tokenizer_)),
+        pool_(options.threads),
+        loader_(*source_, layout_, options.loader),
+        cache_(layout_.config.n_layers, layout_.config.kv_dim(), context_length(options, layout_)),
+        transformer_(layout_, loader_, pool_, options.prefill_chunk) {
+    source_->header_done();
+    if (tokenizer_->n_vocab() != layout_.config.n_vocab) {
+      throw Error(ErrorKind::kFormat, "the tokenizer has " + std::to_string(tokenizer_->n_vocab()) +
+                                          " tokens but token_embd.weight has " +
+                                          std::to_string(layout_.config.n_vocab) + " rows");
+    }
+    info_.context_length = cache_.context_length();
+  }
+
+  const ModelInfo& info() const override { return info_; }
+
+  std::vector<int32_t> tokenize(std::string_view text, bool add_special,
+                                bool parse_special) const override {
+    return tokenizer_->encode(text, add_special, parse_special);
+  }
+
+  std::string detokenize(const std::vector<int32_t>& tokens) const override {
+    for (int32_t t : tokens) check_token(t);
+    return tokenizer_->decode(tokens);
+  }
+
+  GenerationStats generate(std::string_view prompt, const GenerateOptions& options,
+                           const TokenCallback& on_token) override {
+    return generate_tokens(tokenize(prompt, options.add_special, options.parse_special), options,
+                           on_token);
+  }
+
+  GenerationStats generate_tokens(const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                                  const TokenCallback& on_token) override {
+    const auto start = Clock::now();
+    if (prompt.empty()) {
+      throw Error(ErrorKind::kInvalidArgument, "the prompt is empty (and the model adds no BOS token)");
+    }
+    if (options.max_tokens < 0) throw Error(ErrorKind::kInvalidArgument, "max_tokens must be >= 0");
+    for (int32_t t : prompt) check_token(t);
+    const int64_t needed = static_cast<int64_t>(prompt.size()) + options.max_tokens;
+    if (needed > cache_.context_length()) {
+      throw Error(ErrorKind::kContextFull,
+                  "the prompt (" + std::to_string(prompt.size()) + " tokens) plus " +
+                      std::to_string(options.max_tokens) + " requested tokens exceed the context length " +
+                      std::to_string(cache_.context_length()));
+    }
+    Sampler sampler(options.sampling, layout_.config.n_vocab);
+    StopStrings stops(options.stop);
+
+    GenerationStats stats;
+    stats.prompt_tokens = static_cast<int>(prompt.size());
+    begin_request();
+
+    // While the head computes the prompt's logits, the loader may already
+    // fetch block 0 for the first decode step.
+    loader_.set_continuation(options.max_tokens > 1);
+    std::vector<float> logits;
+    stats.reused_tokens = sync_cache(prompt, logits, false, &stats.stop_reason);
+    if (stats.stop_reason == StopReason::kCancelled) return finish(stats);
+    stats.prompt_ms = ms_since(start);
+    stats.prefill_bytes_read = loader_.stats().bytes_consumed;
+
+    TextDecoder decoder(*tokenizer_);
+    for (int32_t t : prompt) decoder.push(t);  // context for spacing and split characters
+    std::vector<int32_t> context = prompt;
+    const auto decode_start = Clock::now();
+    stats.stop_reason = StopReason::kMaxTokens;
+    for (int i = 0; i < options.max_tokens; ++i) {
+      const int32_t token = sampler.sample(logits, context);
+      if (stats.generated_tokens == 0) stats.ttft_ms = ms_since(start);
+      if (tokenizer_->is_end_of_generation(token)) {
+        stats.stop_reason = StopReason::kEndOfText;
+        break;
+      }
+      ++stats.generated_tokens;
+      context.push_back(token);
+      const StopStrings::Result text = stops.push(decoder.push(token));
+      if (!on_token(TokenEvent{token, text.emit})) {
+        stats.stop_reason = StopReason::kCallback;
+        break;
+      }
+      if (text.stopped) {
+        stats.stop_reason = StopReason::kStopString;
+        break;
+      }
+      if (i + 1 == options.max_tokens) break;  // the last token needs no forward pass
+      if (cancelled_) {
+        stats.stop_reason = StopReason::kCancelled;
+        break;
+      }
+      loader_.set_continuation(i + 2 < options.max_tokens);
+      if (!step(token, logits)) {
+        stats.stop_reason = StopReason::kCancelled;
+        break;
+      }
+    }
+    // Text held back (a possible stop string, an unfinished character) that
+    // turned out not to be one.
+    if (stats.stop_reason != StopReason::kStopString && stats.stop_reason != StopReason::kCallback) {
+      std::string tail = stops.push(decoder.flush()).emit;
+      if (!stops.stopped()) tail += stops.flush();
+      if (!tail.empty()) on_token(TokenEvent{-1, tail});
+    }
+    stats.decode_ms = ms_since(decode_start);
+    return finish(stats);
+  }
+
+  std::vector<float> evaluate(const std::vector<int32_t>& tokens, bool all_positions) override {
+    if (tokens.empty()) throw Error(ErrorKind::kInvalidArgument, "no tokens to evaluate");
+    for (int32_t t : tokens) check_token(t);
+    if (tokens.size() > static_cast<size_t>(cache_.context_length())) {
+      throw Error(ErrorKind::kContextFull, std::to_string(tokens.size()) +
+                                               " tokens exceed the context length " +
+                                               std::to_string(cache_.context_length()));
+    }
+    begin_request();
+    loader_.set_continuation(false);
+    std::vector<float> logits;
+    StopReason reason = StopReason::kMaxTokens;
+    sync_cache(tokens, logits, all_positions, &reason);
+    if (reason == StopReason::kCancelled) throw Error(ErrorKind::kAborted, "evaluation cancelled");
+    return logits;
+  }
+
+  void warm_up(double milliseconds) override {
+    if (!std::isfinite(milliseconds) || milliseconds < 0) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  "the warm-up time must be a finite number of milliseconds >= 0, not " +
+                      std::to_string(milliseconds));
+    }
+    if (milliseconds == 0) return;
+    const auto start = Clock::now();
+    cancelled_ = false;
+    loader_.clear_cancel();
+    // The first pass's weights (the resident units, the ring's first units)
+    // arrive meanwhile: a request that follows finds them there or on the way.
+    loader_.set_continuation(true);
+    KernelWarmUp work(layout_);
+    // On this thread alone: the code it optimises is shared by every thread,
+    // and the other cores stay free for the download it overlaps.
+    ThreadPool one_thread(1);
+    while (!cancelled_ && ms_since(start) < milliseconds) work.run_round(one_thread);
+  }
+
+  const std::vector<int32_t>& cached_tokens() const override { return cached_; }
+
+  void reset() override {
+    cached_.clear();
+    cache_.set_filled(0);
+  }
+
+  void cancel() override {
+    cancelled_ = true;
+    loader_.cancel();
+  }
+
+  LoaderStats loader_stats() const override { return loader_.stats(); }
+  size_t kv_cache_bytes() const override { return cache_.allocated_bytes(); }
+
+ private:
+  static int context_length(const EngineOptions& options, const ModelLayout& layout) {
+    if (options.context_length < 0) {
+      throw Error(ErrorKind::kInvalidArgument, "context_length must be >= 0");
+    }
+    return options.context_length > 0 ? std::min(options.context_length, layout.config.context_length)
+                                      : layout.config.context_length;
+  }
+
+  void check_token(int32_t t) const {
+    if (t < 0 || t >= layout_.config.n_vocab) {
+      throw Error(ErrorKind::kInvalidArgument, "token id " + std::to_string(t) +
+                                                   " is outside the vocabulary (0.." +
+                                                   std::to_string(layout_.config.n_vocab - 1) + ")");
+    }
+  }
+
+  void begin_request() {
+    cancelled_ = false;
+    loader_.clear_cancel();
+    loader_.reset_counters();
+  }
+
+  GenerationStats finish(GenerationStats& stats) {
+    loader_.set_continuation(false);
+    stats.loader = loader_.stats();
+    stats.decode_bytes_read = stats.loader.bytes_consumed - stats.prefill_bytes_read;
+    stats.kv_cache_bytes = cache_.allocated_bytes();
+    return stats;
+  }
+
+  // Brings the cache to `tokens`: keeps the common prefix with what is cached,
+  // runs the rest. Returns how many tokens were reused; sets *reason on
+  // cancellation.
+  int sync_cache(const std::vector<int32_t>& tokens, std::vector<float>& logits, bool all_positions,
+                 StopReason* reason) {
+    size_t common = 0;
+    while (common < cached_.size() && common < tokens.size() && cached_[common] == tokens[common]) {
+      ++common;
+    }
+    // Logits come only from evaluating: re-run at least the last token (and
+    // everything when every position's logits are wanted).
+    if (all_positions) common = 0;
+    if (common == tokens.size()) --common;
+    cached_.resize(common);
+    cache_.set_filled(static_cast<int>(common));
+
+    const int n = static_cast<int>(tokens.size() - common);
+    bool completed = true;
+    if (options_.layer_major_prefill || all_positions) {
+      completed = run(tokens.data() + common, n, static_cast<int>(common), logits, all_positions);
+    } else {
+      for (int i = 0; i < n && completed; ++i) {
+        completed = run(tokens.data() + common + i, 1, static_cast<int>(common) + i, logits, false);
+      }
+    }
+    if (!completed) *reason = StopReason::kCancelled;
+    return static_cast<int>(common);
+  }
+
+  // One decode step: appends `token` to the cache and computes its logits.
+  bool step(int32_t token, std::vector<float>& logits) {
+    return run(&token, 1, static_cast<int>(cached_.size()), logits, false);
+  }
+
+  // Runs tokens at positions start.. and appends them to the cache. Returns
+  // false when cancelled. On failure or cancellation the cache keeps only what
+  // was complete before, and the loader starts clean, so the engine stays
+  // usable for the next request.
+  bool run(const int32_t* tokens, int n, int start, std::vector<float>& logits, bool all_positions) {
+    try {
+      transformer_.prefill(tokens, n, start, cache_, logits, all_positions);
+    } catch (const Error& e) {
+      loader_.reset();
+      if (e.kind() == ErrorKind::kAborted && cancelled_) return false;
+      throw;
+    } catch (...) {
+      loader_.reset();
+      throw;
+    }
+    cached_.insert(cached_.end(), tokens, tokens + n);
+    cache_.set_filled(start + n);
+    return true;
+  }
+
+  std::unique_ptr<WeightSource> source_;
+  EngineOptions options_;
+  GgufFile gguf_;
+  ModelLayout layout_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  ModelInfo info_;
+  ThreadPool pool_;
+  LayerLoader loader_;
+  KvCache cache_;
+  Transformer transformer_;
+  std::vector<int32_t> cached_;
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> Engine::open(std::unique_ptr<WeightSource> source, const EngineOptions& options) {
+  if (source == nullptr) throw Error(ErrorKind::kInvalidArgument, "no weight source");
+  if (options.prefill_chunk < 1) throw Error(ErrorKind::kInvalidArgument, "prefill_chunk must be >= 1");
+  return std::make_unique<EngineImpl>(std::move(source), options);
+}
+
+const char* stop_reason_name(StopReason reason) {
+  switch (reason) {
+    case StopReason::kEndOfText: return "end of text";
+    case StopReason::kMaxTokens: return "max tokens";
+    case StopReason::kStopString: return "stop string";
+    case StopReason::kCancelled: return "cancelled";
+    case StopReason::kCallback: return "stopped by caller";
+  }
+  return "unknown";
+}
+
+double GenerationStats::prompt_tokens_per_s() const {
+  const int processed = prompt_tokens - reused_tokens;
+  return prompt_ms > 0 ? processed / (prompt_ms / 1e3) : 0;
+}
+
+double GenerationStats::decode_tokens_per_s() const {
+  // The first token comes from the prefill's logits; the rest each cost a step.
+  return decode_ms > 0 && generated_tokens > 1 ? (generated_tokens - 1) / (decode_ms / 1e3) : 0;
+}
+
+}  // namespace sipllm

@@ -1,0 +1,118 @@
+#include "runtime/kernel_warm_up.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "kernels/attention.h"
+#include "kernels/elementwise.h"
+#include "runtime/layer_loader.h"
+#include "runtime/thread_pool.h"
+
+namespace sipllm {
+
+KernelWarmUp::KernelWarmUp(const ModelLayout& layout)
+    : config_(layout.config), cache_(1, layout.config.kv_dim(), kPositions) {
+  std::set<std::pair<TensorType, int>> shapes;
+  for (int u = 0; u < layout.n_units(); ++u) {
+    const std::vector<TensorSlice>& tensors = layout.units[static_cast<size_t>(u)].tensors;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const bool norm = layout.is_head(u) ? i == kOutputNorm : (i == kAttnNorm || i == kFfnNorm);
+      const GgufTensorInfo* t = tensors[i].tensor;
+      if (norm || t == nullptr || find_matmul_kernel(t->type) == nullptr) continue;
+      shapes.emplace(t->type, static_cast<int>(t->row_length()));
+    }
+  }
+  int max_cols = std::max(config_.dim, config_.hidden_dim);
+  for (const auto& [type, cols] : shapes) {
+    Matrix m;
+    m.w.type = type;
+    m.w.rows = kRows;
+    m.w.cols = cols;
+    m.w.row_bytes =
+        static_cast<size_t>(tensor_bytes(tensor_type_traits(type), static_cast<uint64_t>(cols)));
+    m.bytes.resize(m.w.row_bytes * kRows);
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int r = 0; r < kRows; ++r) {
+      fill(row);
+      uint8_t* out = m.bytes.data() + static_cast<size_t>(r) * m.w.row_bytes;
+      quantize_row(type, row.data(), out, row.size());
+    }
+    m.w.data = m.bytes.data();
+    matrices_.push_back(std::move(m));
+    max_cols = std::max(max_cols, cols);
+  }
+  const auto positions = static_cast<size_t>(kPositions);
+  input_.resize(positions * static_cast<size_t>(max_cols));
+  fill(input_);
+  x_.resize(input_.size());
+  y_.resize(positions * kRows);
+  norm_.resize(static_cast<size_t>(config_.dim));
+  fill(norm_);
+  xb_.resize(positions * static_cast<size_t>(config_.dim));
+  q_.resize(positions * static_cast<size_t>(config_.dim));
+  k_.resize(positions * static_cast<size_t>(config_.kv_dim()));
+  att_out_.resize(q_.size());
+  gate_.resize(positions * static_cast<size_t>(config_.hidden_dim));
+  up_.resize(gate_.size());
+  rope_table_.resize(2 * static_cast<size_t>(config_.rope_dims));
+  fill(q_);
+  fill(k_);
+  fill(up_);
+  cache_.reserve(kPositions);
+  const auto kv_dim = static_cast<size_t>(config_.kv_dim());
+  for (int pos = 0; pos < kPositions; ++pos) {
+    const float* row = &k_[static_cast<size_t>(pos) * kv_dim];
+    std::copy_n(row, kv_dim, cache_.key(0, pos));
+    std::copy_n(row, kv_dim, cache_.value(0, pos));
+  }
+  const GgufTensorInfo* embd = layout.token_embd;
+  if (embd != nullptr && embd->row_length() == static_cast<uint64_t>(config_.dim)) {
+    embd_type_ = embd->type;
+    std::vector<float> row(static_cast<size_t>(config_.dim));
+    fill(row);
+    embd_row_.resize(static_cast<size_t>(tensor_bytes(tensor_type_traits(embd->type), row.size())));
+    quantize_row(embd->type, row.data(), embd_row_.data(), row.size());
+  }
+}
+
+void KernelWarmUp::run_round(ThreadPool& pool) {
+  const int dim = config_.dim;
+  const int kv_dim = config_.kv_dim();
+  const int hidden = config_.hidden_dim;
+  const auto at = [](std::vector<float>& v, int row, int width) {
+    return &v[static_cast<size_t>(row) * static_cast<size_t>(width)];
+  };
+  std::copy(input_.begin(), input_.end(), x_.begin());
+  for (const int n : {kPositions, 1}) {
+    for (const Matrix& m : matrices_) {
+      activations_.reset(x_.data(), n, m.w.cols);
+      matmul(m.w, activations_, y_.data(), pool);
+    }
+  }
+  for (int i = 0; i < kPositions; ++i) {
+    rmsnorm(at(xb_, i, dim), at(x_, i, dim), norm_.data(), dim, config_.rms_eps);
+    rope_angles(i, config_.rope_dims, config_.rope_freq_base, rope_table_.data());
+    rope_rotate(at(q_, i, dim), config_.n_heads, config_.head_dim, config_.rope_dims,
+                rope_table_.data());
+    rope_rotate(at(k_, i, kv_dim), config_.n_kv_heads, config_.head_dim, config_.rope_dims,
+                rope_table_.data());
+    swiglu(at(gate_, i, hidden), at(up_, i, hidden), hidden);
+    add_in_place(at(x_, i, dim), at(xb_, i, dim), dim);
+  }
+  const AttentionShape shape{config_.n_heads, config_.n_kv_heads, config_.head_dim};
+  attention(q_.data(), kPositions, 0, cache_, 0, shape, att_out_.data(), pool, scores_);
+  attention(q_.data(), 1, kPositions - 1, cache_, 0, shape, att_out_.data(), pool, scores_);
+  if (!embd_row_.empty()) {
+    dequantize_row(embd_type_, embd_row_.data(), x_.data(), static_cast<size_t>(dim));
+  }
+}
+
+void KernelWarmUp::fill(std::vector<float>& v) {
+  for (float& f : v) {
+    seed_ = seed_ * 1664525u + 1013904223u;
+    f = static_cast<float>(static_cast<int32_t>(seed_)) * (1.0f / 2147483648.0f);
+  }
+}
+
+}  // namespace sipllm

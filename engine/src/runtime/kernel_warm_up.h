@@ -1,0 +1,53 @@
+// Runs a model's own kernels on synthetic data shaped like its weights, so
+// that where code is compiled in tiers as it runs (WebAssembly in a browser
+// starts on baseline code) the slow first runs happen before the first
+// request rather than during it. See Engine::warm_up.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/activation_quant.h"
+#include "kernels/matmul.h"
+#include "runtime/kv_cache.h"
+#include "model/model_layout.h"
+
+namespace sipllm {
+
+class ThreadPool;
+
+// What warm_up() computes: the kernels a forward pass of this model calls,
+// on synthetic data shaped like its own. Every (weight type, row length) of
+// its matrices gets a few rows of quantized weights; activations come in a
+// prefill-sized batch (enough positions that the kernels take the batched
+// paths a prefill takes) and as a single position (the decode path).
+class KernelWarmUp {
+ public:
+  static constexpr int kPositions = 64;
+  static constexpr int kRows = 64;
+
+  explicit KernelWarmUp(const ModelLayout& layout);
+
+  // One pass over everything, a few milliseconds once the code is optimized.
+  void run_round(ThreadPool& pool);
+
+ private:
+  struct Matrix {
+    WeightMatrix w;
+    std::vector<uint8_t> bytes;
+  };
+
+  // Values in [-1, 1) from a fixed sequence: finite, no subnormals.
+  void fill(std::vector<float>& v);
+
+  const LlamaConfig& config_;
+  std::vector<Matrix> matrices_;
+  Activations activations_;
+  std::vector<float> input_, x_, y_, norm_, xb_, q_, k_, att_out_, gate_, up_, rope_table_, scores_;
+  KvCache cache_;
+  TensorType embd_type_ = TensorType::kF32;
+  std::vector<uint8_t> embd_row_;
+  uint32_t seed_ = 1;
+};
+
+}  // namespace sipllm

@@ -1,0 +1,615 @@
+#include "runtime/layer_loader.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+#include "model/half.h"
+
+namespace sipllm {
+namespace {
+
+constexpr size_t kBufferAlignment = 64;
+// Tensors of a unit closer than this in the file are read in one range: the
+// gap (alignment padding, usually) costs less than another request.
+constexpr uint64_t kMaxCoalesceGap = 4096;
+constexpr size_t kMaxTimelineEvents = 1 << 14;
+
+size_t align_up(size_t n) { return (n + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment; }
+
+bool is_vector_slot(const ModelLayout& layout, int unit, size_t index) {
+  if (layout.is_head(unit)) return index == kOutputNorm;
+  return index == kAttnNorm || index == kFfnNorm;
+}
+
+}  // namespace
+
+// ---- Construction: what to read, what to keep ------------------------------
+
+LayerLoader::UnitPlan LayerLoader::plan_unit(int unit_index) const {
+  const UnitTensors& unit = layout_.units[static_cast<size_t>(unit_index)];
+  UnitPlan plan;
+  plan.name = unit.name;
+  std::vector<size_t> order;
+  for (size_t i = 0; i < unit.tensors.size(); ++i) {
+    if (unit.tensors[i].tensor != nullptr) order.push_back(i);
+  }
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return unit.tensors[a].offset() < unit.tensors[b].offset(); });
+
+  plan.tensor_offsets.assign(unit.tensors.size(), 0);
+  size_t buffer_end = 0;
+  for (size_t i : order) {
+    const uint64_t offset = unit.tensors[i].offset();
+    const uint64_t bytes = unit.tensors[i].bytes();
+    if (!plan.ranges.empty()) {
+      ReadRange& last = plan.ranges.back();
+      const uint64_t last_end = last.file_offset + last.length;
+      if (offset >= last.file_offset && offset <= last_end + kMaxCoalesceGap) {
+        last.length = std::max(last_end, offset + bytes) - last.file_offset;
+        plan.tensor_offsets[i] = last.buffer_offset + (offset - last.file_offset);
+        buffer_end = last.buffer_offset + last.length;
+        continue;
+      }
+    }
+    const size_t buffer_offset = align_up(buffer_end);
+    plan.ranges.push_back({offset, bytes, buffer_offset});
+    plan.tensor_offsets[i] = buffer_offset;
+    buffer_end = buffer_offset + bytes;
+  }
+  for (const ReadRange& r : plan.ranges) plan.read_bytes += r.length;
+
+  // Norms stored as F16/BF16 get a float copy after the raw bytes.
+  plan.vector_offsets.assign(unit.tensors.size(), SIZE_MAX);
+  for (size_t i = 0; i < unit.tensors.size(); ++i) {
+    const GgufTensorInfo* t = unit.tensors[i].tensor;
+    if (t != nullptr && is_vector_slot(layout_, unit_index, i) && t->type != TensorType::kF32) {
+      buffer_end = align_up(buffer_end);
+      plan.vector_offsets[i] = buffer_end;
+      buffer_end += t->elements * sizeof(float);
+    }
+  }
+  plan.buffer_bytes = align_up(buffer_end);
+  return plan;
+}
+
+void LayerLoader::choose_residency(const LoaderOptions& options) {
+  uint64_t everything = 0;
+  size_t largest = 0;
+  for (const UnitPlan& p : plans_) {
+    everything += p.buffer_bytes;
+    largest = std::max(largest, p.buffer_bytes);
+  }
+  const uint64_t embedding_bytes = layout_.tied_output ? 0 : layout_.token_embd->bytes;
+  everything += embedding_bytes;
+
+  const uint64_t budget = options.memory_budget;
+  if (budget >= everything) {
+    for (UnitPlan& p : plans_) p.resident = true;
+    embedding_resident_ = !layout_.tied_output;
+    return;
+  }
+  const int n_buffers = mode_ == LoaderMode::kSync ? 1 : options.n_buffers;
+  const uint64_t ring = static_cast<uint64_t>(n_buffers) * largest;
+  if (budget != 0 && budget < ring) {
+    throw Error(ErrorKind::kOutOfBudget,
+                "memory budget of " + std::to_string(budget) +
+                    " bytes cannot hold the prefetch ring: it needs at least " +
+                    std::to_string(ring) + " bytes (" + std::to_string(n_buffers) +
+                    " buffers of the largest unit, " + std::to_string(largest) + " bytes)");
+  }
+  uint64_t remaining = budget == 0 ? 0 : budget - ring;
+  for (UnitPlan& p : plans_) {
+    if (p.buffer_bytes <= remaining) {
+      p.resident = true;
+      remaining -= p.buffer_bytes;
+    }
+  }
+  if (!layout_.tied_output && embedding_bytes <= remaining) embedding_resident_ = true;
+}
+
+LayerLoader::LayerLoader(WeightSource& source, const ModelLayout& layout,
+                         const LoaderOptions& options)
+    : source_(source),
+      layout_(layout),
+      mode_(options.mode),
+      read_chunk_bytes_(std::max<size_t>(options.read_chunk_bytes, 1 << 16)),
+      epoch_(std::chrono::steady_clock::now()) {
+  if (options.n_buffers < 1) {
+    throw Error(ErrorKind::kInvalidArgument, "the prefetch ring needs at least 1 buffer");
+  }
+  if (options.load_threads < 0) {
+    throw Error(ErrorKind::kInvalidArgument,
+                "load_threads must be 0 (as the source prefers) or more, not " + std::to_string(options.load_threads));
+  }
+  for (int u = 0; u < layout_.n_units(); ++u) plans_.push_back(plan_unit(u));
+  choose_residency(options);
+
+  size_t largest_streamed = 0;
+  resident_.resize(plans_.size());
+  for (size_t u = 0; u < plans_.size(); ++u) {
+    stats_.units.push_back({plans_[u].name, 0, plans_[u].read_bytes, 0, 0, 0, 0, plans_[u].resident});
+    if (plans_[u].resident) {
+      resident_[u] = std::make_unique<Slot>();
+      ++stats_.resident_units;
+    } else {
+      largest_streamed = std::max(largest_streamed, plans_[u].buffer_bytes);
+      ++stats_.streamed_units;
+    }
+  }
+  if (largest_streamed > 0) {
+    const int n_buffers = mode_ == LoaderMode::kSync ? 1 : options.n_buffers;
+    for (int i = 0; i < n_buffers; ++i) {
+      ring_.push_back(std::make_unique<Slot>());
+      ensure_capacity(ring_.back()->buffer, largest_streamed);
+      stats_.ring_bytes += largest_streamed;
+    }
+  }
+  if (embedding_resident_) embedding_ = std::make_unique<Slot>();
+  if (mode_ == LoaderMode::kRing) {
+    try {
+      const int n = options.load_threads > 0 ? options.load_threads : std::max(1, source_.parallel_reads());
+      stats_.load_threads = n;
+      for (int i = 0; i < n; ++i) workers_.emplace_back([this] { worker_loop(); });
+    } catch (...) {
+      stop_workers();  // a constructor that throws runs no destructor
+      throw;
+    }
+  }
+}
+
+LayerLoader::~LayerLoader() { stop_workers(); }
+
+void LayerLoader::stop_workers() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    cancelled_ = true;
+  }
+  changed_.notify_all();
+  for (std::thread& worker : workers_) worker.join();
+  workers_.clear();
+}
+
+void LayerLoader::AlignedFree::operator()(uint8_t* p) const {
+  ::operator delete[](p, std::align_val_t(kBufferAlignment));
+}
+
+void LayerLoader::ensure_capacity(Buffer& buffer, size_t bytes) {
+  if (buffer.capacity >= bytes) return;
+  buffer.data.reset(static_cast<uint8_t*>(::operator new[](bytes, std::align_val_t(kBufferAlignment))));
+  allocated_bytes_ += bytes - buffer.capacity;
+  buffer.capacity = bytes;
+  stats_.peak_weight_bytes = std::max(stats_.peak_weight_bytes, allocated_bytes_);
+}
+
+double LayerLoader::now() const {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - epoch_).count();
+}
+
+// ---- Loading one unit --------------------------------------------------------
+
+void LayerLoader::load_into(int unit, Slot& slot) {
+  const UnitPlan& plan = plans_[static_cast<size_t>(unit)];
+  const UnitTensors& tensors = layout_.units[static_cast<size_t>(unit)];
+  uint8_t* base = slot.buffer.data.get();
+  slot.load_reported = false;
+  slot.io_start = now();
+  for (const ReadRange& range : plan.ranges) {
+    for (uint64_t done = 0; done < range.length;) {
+      if (cancelled_) throw Error(ErrorKind::kAborted, "loading " + plan.name + " was cancelled");
+      const auto n = static_cast<size_t>(std::min<uint64_t>(read_chunk_bytes_, range.length - done));
+      try {
+        source_.read(range.file_offset + done, base + range.buffer_offset + done, n);
+      } catch (const Error& e) {
+        throw Error(e.kind(), plan.name + ": " + e.what());
+      }
+      done += n;
+    }
+  }
+  slot.io_end = now();
+
+  // Prepare: views for the kernels; float copies of norms stored in 16 bits.
+  slot.view.vectors.assign(tensors.tensors.size(), nullptr);
+  slot.view.matrices.assign(tensors.tensors.size(), WeightMatrix{});
+  for (size_t i = 0; i < tensors.tensors.size(); ++i) {
+    const TensorSlice& slice = tensors.tensors[i];
+    if (slice.tensor == nullptr) continue;
+    const uint8_t* data = base + plan.tensor_offsets[i];
+    if (is_vector_slot(layout_, unit, i)) {
+      if (plan.vector_offsets[i] == SIZE_MAX) {
+        slot.view.vectors[i] = reinterpret_cast<const float*>(data);
+      } else {
+        auto* out = reinterpret_cast<float*>(base + plan.vector_offsets[i]);
+        dequantize_row(slice.tensor->type, data, out, static_cast<size_t>(slice.tensor->elements));
+        slot.view.vectors[i] = out;
+      }
+    } else {
+      WeightMatrix& m = slot.view.matrices[i];
+      m.type = slice.tensor->type;
+      m.cols = static_cast<int>(slice.tensor->row_length());
+      m.rows = static_cast<int>(slice.rows);
+      m.row_bytes = static_cast<size_t>(slice.row_bytes());
+      m.data = data;
+    }
+  }
+  slot.prepare_end = now();
+}
+
+// ---- The prefetch worker -------------------------------------------------------
+
+std::vector<int> LayerLoader::lookahead() const {
+  // The units still to load, in the order the compute thread will want them:
+  // resident units not yet loaded, and as many streamed units as the ring holds.
+  std::vector<int> window;
+  size_t streamed = 0;
+  auto consider = [&](int unit) {
+    const Slot* resident = resident_[static_cast<size_t>(unit)].get();
+    if (resident != nullptr) {
+      if (resident->state == SlotState::kFree) window.push_back(unit);
+    } else if (streamed < ring_.size()) {
+      window.push_back(unit);
+      ++streamed;
+    }
+  };
+  if (in_use_ >= 0) consider(in_use_);
+  for (int unit : announced_) consider(unit);
+  if (continuation_) {
+    for (int unit = 0; unit < n_units(); ++unit) consider(unit);
+  }
+  return window;
+}
+
+LayerLoader::Slot* LayerLoader::find_slot(int unit) {
+  for (auto& slot : ring_) {
+    if (slot->unit == unit && slot->state != SlotState::kFree) return slot.get();
+  }
+  return nullptr;
+}
+
+bool LayerLoader::next_job(int* unit, Slot** slot) {
+  if (cancelled_ || stopping_ || halted_) return false;
+  const std::vector<int> window = lookahead();
+  for (int u : window) {
+    Slot* resident = resident_[static_cast<size_t>(u)].get();
+    if (resident != nullptr) {
+      *unit = u;
+      *slot = resident;
+      return true;
+    }
+    if (find_slot(u) != nullptr) continue;
+    // The window names at most ring_.size() streamed units, so some buffer
+    // holds none of them (or nothing) and can take this one.
+    for (auto& candidate : ring_) {
+      const SlotState s = candidate->state;
+      if (s == SlotState::kLoading || s == SlotState::kInUse) continue;
+      if (s != SlotState::kFree &&
+          std::find(window.begin(), window.end(), candidate->unit) != window.end()) {
+        continue;
+      }
+      *unit = u;
+      *slot = candidate.get();
+      return true;
+    }
+    return false;
+  }
+  return false;
+}
+
+void LayerLoader::mark_loaded(int unit, Slot& slot) {
+  slot.state = SlotState::kReady;
+  UnitCounters& c = stats_.units[static_cast<size_t>(unit)];
+  ++c.loads;
+  c.io_ms += slot.io_end - slot.io_start;
+  c.prepare_ms += slot.prepare_end - slot.io_end;
+  stats_.io_ms += slot.io_end - slot.io_start;
+  stats_.prepare_ms += slot.prepare_end - slot.io_end;
+  stats_.bytes_read += plans_[static_cast<size_t>(unit)].read_bytes;
+  ++stats_.units_loaded;
+}
+
+void LayerLoader::worker_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    int unit = -1;
+    Slot* slot = nullptr;
+    changed_.wait(lock, [&] { return stopping_ || next_job(&unit, &slot); });
+    if (stopping_) return;
+    if (slot->buffer.capacity < plans_[static_cast<size_t>(unit)].buffer_bytes) {
+      ensure_capacity(slot->buffer, plans_[static_cast<size_t>(unit)].buffer_bytes);
+    }
+    slot->state = SlotState::kLoading;
+    slot->unit = unit;
+    const uint64_t generation = generation_;
+    lock.unlock();
+
+    std::string error;
+    ErrorKind kind = ErrorKind::kIo;
+    try {
+      load_into(unit, *slot);
+    } catch (const Error& e) {
+      error = e.what();
+      kind = e.kind();
+    } catch (const std::exception& e) {
+      error = plans_[static_cast<size_t>(unit)].name + ": " + e.what();
+    }
+
+    lock.lock();
+    if (generation != generation_) {
+      slot->state = SlotState::kFree;  // reset() happened meanwhile: discard
+    } else if (!error.empty()) {
+      slot->state = SlotState::kFailed;
+      slot->error = error;
+      slot->error_kind = kind;
+      halted_ = true;  // no more prefetching until the compute thread asks again
+    } else {
+      mark_loaded(unit, *slot);
+    }
+    changed_.notify_all();
+  }
+}
+
+// ---- The compute thread's side -------------------------------------------------------
+
+void LayerLoader::announce(const std::vector<int>& units) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    announced_.insert(announced_.end(), units.begin(), units.end());
+  }
+  changed_.notify_all();
+}
+
+void LayerLoader::set_continuation(bool expected) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    continuation_ = expected;
+  }
+  changed_.notify_all();
+}
+
+const UnitView& LayerLoader::acquire(int unit) {
+  const double asked = now();
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (cancelled_) throw Error(ErrorKind::kAborted, "cancelled");
+  if (!announced_.empty() && announced_.front() == unit) {
+    announced_.pop_front();
+  } else {
+    announced_.clear();  // the announced order was not followed: start over from here
+  }
+  in_use_ = unit;
+  halted_ = false;
+  changed_.notify_all();
+
+  const UnitPlan& plan = plans_[static_cast<size_t>(unit)];
+  Slot* slot = plan.resident ? resident_[static_cast<size_t>(unit)].get() : find_slot(unit);
+  const bool hit = slot != nullptr && slot->state == SlotState::kReady;
+
+  if (!hit && mode_ == LoaderMode::kSync) {
+    // Load on this thread. The single ring buffer (or the unit's resident
+    // buffer) is free: sync mode never has a second unit in flight.
+    if (slot == nullptr) slot = ring_.front().get();
+    ensure_capacity(slot->buffer, plan.buffer_bytes);
+    slot->state = SlotState::kLoading;
+    slot->unit = unit;
+    lock.unlock();
+    try {
+      load_into(unit, *slot);
+    } catch (...) {
+      lock.lock();
+      slot->state = SlotState::kFree;
+      in_use_ = -1;
+      throw;
+    }
+    lock.lock();
+    mark_loaded(unit, *slot);
+  } else if (!hit) {
+    changed_.wait(lock, [&] {
+      if (cancelled_) return true;
+      slot = plan.resident ? resident_[static_cast<size_t>(unit)].get() : find_slot(unit);
+      return slot != nullptr &&
+             (slot->state == SlotState::kReady || slot->state == SlotState::kFailed);
+    });
+    if (cancelled_) {
+      in_use_ = -1;
+      throw Error(ErrorKind::kAborted, "cancelled while waiting for " + plan.name);
+    }
+    if (slot->state == SlotState::kFailed) {
+      const std::string message = slot->error;
+      const ErrorKind kind = slot->error_kind;
+      slot->state = SlotState::kFree;
+      // The request that wanted this unit is over: stop prefetching for it.
+      in_use_ = -1;
+      announced_.clear();
+      continuation_ = false;
+      throw Error(kind, message);
+    }
+  }
+
+  slot->state = SlotState::kInUse;
+  const double got = now();
+  if (plan.resident) {
+    ++stats_.resident_hits;
+  } else if (hit) {
+    ++stats_.prefetch_hits;
+  } else {
+    ++stats_.prefetch_misses;
+  }
+  stats_.wait_ms += got - asked;
+  stats_.units[static_cast<size_t>(unit)].wait_ms += got - asked;
+  UnitEvent event;
+  event.unit = unit;
+  event.hit = hit;
+  event.resident = plan.resident && hit;
+  event.compute_start_ms = got;
+  if (!slot->load_reported) {
+    stats_.bytes_consumed += plan.read_bytes;
+    event.io_start_ms = slot->io_start;
+    event.io_end_ms = slot->io_end;
+    event.prepare_end_ms = slot->prepare_end;
+    slot->load_reported = true;
+  }
+  current_timeline_ = -1;
+  if (stats_.timeline.size() < kMaxTimelineEvents) {
+    stats_.timeline.push_back(event);
+    current_timeline_ = static_cast<int>(stats_.timeline.size()) - 1;
+  }
+  compute_start_ = got;
+  return slot->view;
+}
+
+void LayerLoader::release(int unit) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const double done = now();
+    Slot* slot = plans_[static_cast<size_t>(unit)].resident ? resident_[static_cast<size_t>(unit)].get()
+                                                            : find_slot(unit);
+    if (slot != nullptr && slot->state == SlotState::kInUse) slot->state = SlotState::kReady;
+    stats_.compute_ms += done - compute_start_;
+    stats_.units[static_cast<size_t>(unit)].compute_ms += done - compute_start_;
+    if (current_timeline_ >= 0) stats_.timeline[static_cast<size_t>(current_timeline_)].compute_end_ms = done;
+    current_timeline_ = -1;
+    in_use_ = -1;
+  }
+  changed_.notify_all();
+}
+
+void LayerLoader::embed(const int32_t* tokens, int n, float* out) {
+  const GgufTensorInfo& table = *layout_.token_embd;
+  const int n_vocab = layout_.config.n_vocab;
+  for (int i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= n_vocab) {
+      throw Error(ErrorKind::kInvalidArgument, "token id " + std::to_string(tokens[i]) +
+                                                   " is outside the vocabulary (0.." +
+                                                   std::to_string(n_vocab - 1) + ")");
+    }
+  }
+  const size_t row_bytes = static_cast<size_t>(table.bytes / static_cast<uint64_t>(n_vocab));
+  const size_t dim = static_cast<size_t>(layout_.config.dim);
+
+  // An untied table within the budget is read whole, once.
+  if (embedding_resident_ && embedding_->state == SlotState::kFree) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ensure_capacity(embedding_->buffer, static_cast<size_t>(table.bytes));
+    }
+    source_.read(table.offset, embedding_->buffer.data.get(), static_cast<size_t>(table.bytes));
+    std::lock_guard<std::mutex> lock(mutex_);
+    embedding_->state = SlotState::kReady;
+    stats_.embedding_bytes_read += table.bytes;
+  }
+
+  // Rows already in memory: the resident table, or the resident head piece
+  // holding the row when the head is the embedding table.
+  std::vector<const uint8_t*> rows(static_cast<size_t>(n), nullptr);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (int i = 0; i < n; ++i) {
+      const auto token = static_cast<size_t>(tokens[i]);
+      if (embedding_resident_) {
+        rows[static_cast<size_t>(i)] = embedding_->buffer.data.get() + token * row_bytes;
+      } else if (layout_.tied_output) {
+        const size_t piece = token / static_cast<size_t>(layout_.head_rows_per_piece);
+        const Slot* head = resident_[static_cast<size_t>(layout_.first_head_unit()) + piece].get();
+        if (head != nullptr && (head->state == SlotState::kReady || head->state == SlotState::kInUse)) {
+          const size_t row_in_piece = token - piece * layout_.head_rows_per_piece;
+          rows[static_cast<size_t>(i)] = head->view.matrices[kOutput].data + row_in_piece * row_bytes;
+        }
+      }
+    }
+  }
+
+  // The rest: each distinct row read once, all in one batch.
+  std::vector<int32_t> missing;
+  for (int i = 0; i < n; ++i) {
+    if (rows[static_cast<size_t>(i)] == nullptr) missing.push_back(tokens[i]);
+  }
+  std::sort(missing.begin(), missing.end());
+  missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+  std::vector<uint8_t> fetched(missing.size() * row_bytes);
+  if (!missing.empty()) {
+    std::vector<WeightSource::ReadRequest> requests;
+    for (size_t k = 0; k < missing.size(); ++k) {
+      requests.push_back({table.offset + static_cast<uint64_t>(missing[k]) * row_bytes,
+                          fetched.data() + k * row_bytes, row_bytes});
+    }
+    source_.read_many(requests);
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.embedding_bytes_read += fetched.size();
+  }
+  for (int i = 0; i < n; ++i) {
+    const uint8_t* row = rows[static_cast<size_t>(i)];
+    if (row == nullptr) {
+      const size_t k = static_cast<size_t>(std::lower_bound(missing.begin(), missing.end(), tokens[i]) - missing.begin());
+      row = fetched.data() + k * row_bytes;
+    }
+    dequantize_row(table.type, row, out + static_cast<size_t>(i) * dim, dim);
+  }
+}
+
+// ---- Control and counters ---------------------------------------------------------
+
+void LayerLoader::cancel() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cancelled_ = true;
+  }
+  changed_.notify_all();
+}
+
+void LayerLoader::clear_cancel() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cancelled_ = false;
+  }
+  changed_.notify_all();
+}
+
+void LayerLoader::reset() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++generation_;
+    halted_ = false;
+    announced_.clear();
+    in_use_ = -1;
+    continuation_ = false;
+    for (auto& slot : ring_) {
+      if (slot->state != SlotState::kLoading) slot->state = SlotState::kFree;
+    }
+    for (auto& slot : resident_) {
+      if (slot != nullptr && slot->state != SlotState::kLoading && slot->state != SlotState::kReady) {
+        slot->state = SlotState::kFree;
+      }
+    }
+  }
+  changed_.notify_all();
+}
+
+LoaderStats LayerLoader::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  LoaderStats s = stats_;
+  s.resident_bytes = 0;
+  for (size_t u = 0; u < plans_.size(); ++u) {
+    if (resident_[u] != nullptr) s.resident_bytes += resident_[u]->buffer.capacity;
+  }
+  if (embedding_ != nullptr) s.resident_bytes += embedding_->buffer.capacity;
+  return s;
+}
+
+void LayerLoader::reset_counters() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  LoaderStats fresh;
+  fresh.ring_bytes = stats_.ring_bytes;
+  fresh.peak_weight_bytes = allocated_bytes_;
+  fresh.resident_units = stats_.resident_units;
+  fresh.streamed_units = stats_.streamed_units;
+  fresh.load_threads = stats_.load_threads;
+  fresh.units = stats_.units;
+  for (UnitCounters& c : fresh.units) {
+    c.loads = 0;
+    c.io_ms = c.prepare_ms = c.compute_ms = c.wait_ms = 0;
+  }
+  stats_ = std::move(fresh);
+  current_timeline_ = -1;
+}
+
+}  // namespace sipllm

@@ -1,0 +1,167 @@
+// LayerLoader: brings each stream unit (a transformer block, or the output
+// head) from the WeightSource into memory just before the math needs it.
+//
+//   sync mode: the compute thread reads and prepares each unit itself into a
+//     single buffer; exactly one streamed unit is in memory at a time.
+//   ring mode (default): worker threads owned by the loader (`load_threads`,
+//     each loading a different unit) read and prepare the next units into a
+//     ring of `n_buffers` buffers while the current one computes, so per-unit
+//     time approaches max(I/O, compute).
+//
+// Under a memory budget, units are kept resident (loaded once, never evicted)
+// in stream order while the budget lasts; the rest stream on every pass.
+//
+// The compute thread announces the sequence of units it is about to need
+// (announce), then takes each in turn (acquire ... release). The worker loads
+// ahead along that sequence; when it runs out and a continuation is expected
+// (the next decode step), it assumes a full pass from block 0 follows.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "model/model_layout.h"
+#include "sipllm/engine.h"
+#include "sipllm/weight_source.h"
+
+namespace sipllm {
+
+// Indices of a block unit's tensors, in the order ModelLayout lists them.
+enum BlockTensor { kAttnNorm = 0, kAttnQ, kAttnK, kAttnV, kAttnOutput, kFfnNorm, kFfnGate, kFfnUp, kFfnDown };
+// Indices of a head piece's tensors (output_norm only in the first piece).
+enum HeadTensor { kOutputNorm = 0, kOutput };
+
+// A unit in memory, ready for the kernels: vectors as floats, matrices in
+// their file type.
+struct UnitView {
+  std::vector<const float*> vectors;   // indexed like the unit's tensors; null for matrices
+  std::vector<WeightMatrix> matrices;  // indexed like the unit's tensors
+};
+
+class LayerLoader {
+ public:
+  // Throws Error(kOutOfBudget) when a non-zero budget cannot hold the ring.
+  LayerLoader(WeightSource& source, const ModelLayout& layout, const LoaderOptions& options);
+  ~LayerLoader();
+  LayerLoader(const LayerLoader&) = delete;
+  LayerLoader& operator=(const LayerLoader&) = delete;
+
+  int n_units() const { return static_cast<int>(plans_.size()); }
+  bool is_resident(int unit) const { return plans_[static_cast<size_t>(unit)].resident; }
+
+  // Appends units the compute thread will acquire next, in order.
+  void announce(const std::vector<int>& units);
+  // Whether another pass over the model is expected after the announced units.
+  void set_continuation(bool expected);
+
+  // Blocks until `unit` is in memory; throws Error naming the unit on a read
+  // failure, kAborted after cancel(). The view stays valid until release().
+  const UnitView& acquire(int unit);
+  void release(int unit);
+
+  // Writes the embedding rows of tokens[0..n) as floats, n rows of dim: from
+  // memory when resident, else with one small read per distinct row, issued
+  // together so that a network source has them in flight at once.
+  void embed(const int32_t* tokens, int n, float* out);
+
+  // Makes acquire() throw kAborted promptly and stops prefetching, until
+  // clear_cancel(). Safe from any thread.
+  void cancel();
+  void clear_cancel();
+  // Forgets announced units and discards streamed buffers (after an error or
+  // cancellation), so the next request starts clean.
+  void reset();
+
+  LoaderStats stats() const;
+  void reset_counters();  // zeroes counters and the timeline, keeps memory
+
+ private:
+  struct ReadRange {
+    uint64_t file_offset;
+    uint64_t length;
+    size_t buffer_offset;
+  };
+  struct UnitPlan {
+    std::string name;
+    std::vector<ReadRange> ranges;
+    std::vector<size_t> tensor_offsets;  // where each tensor's bytes land in the buffer
+    std::vector<size_t> vector_offsets;  // float copies of non-F32 norm vectors (or SIZE_MAX)
+    size_t buffer_bytes = 0;
+    uint64_t read_bytes = 0;
+    bool resident = false;
+  };
+  enum class SlotState { kFree, kLoading, kReady, kFailed, kInUse };
+  struct AlignedFree {
+    void operator()(uint8_t* p) const;
+  };
+  struct Buffer {
+    std::unique_ptr<uint8_t[], AlignedFree> data;
+    size_t capacity = 0;
+  };
+  struct Slot {
+    SlotState state = SlotState::kFree;
+    int unit = -1;
+    Buffer buffer;
+    UnitView view;
+    std::string error;
+    ErrorKind error_kind = ErrorKind::kIo;
+    double io_start = 0, io_end = 0, prepare_end = 0;
+    bool load_reported = true;  // whether a timeline event carries this load
+    uint64_t generation = 0;  // bumps on reset, so a stale load is discarded
+  };
+
+  UnitPlan plan_unit(int unit) const;
+  void choose_residency(const LoaderOptions& options);
+  // Reads and prepares `unit` into `slot` (which the caller owns meanwhile).
+  void load_into(int unit, Slot& slot);
+  // Under mutex_: `slot` now holds `unit`, ready; adds its load to the stats.
+  void mark_loaded(int unit, Slot& slot);
+  void worker_loop();
+  void stop_workers();
+  // Under mutex_: the next (unit, slot) a worker should load, or false.
+  bool next_job(int* unit, Slot** slot);
+  // Under mutex_: the units to load next, in the order they will be needed.
+  std::vector<int> lookahead() const;
+  Slot* find_slot(int unit);
+  double now() const;
+  void ensure_capacity(Buffer& buffer, size_t bytes);
+
+  WeightSource& source_;
+  const ModelLayout& layout_;
+  const LoaderMode mode_;
+  const size_t read_chunk_bytes_;
+  std::vector<UnitPlan> plans_;
+  std::vector<std::unique_ptr<Slot>> resident_;  // per unit; null when streamed
+  std::vector<std::unique_ptr<Slot>> ring_;
+  bool embedding_resident_ = false;
+  std::unique_ptr<Slot> embedding_;  // the whole token_embd when resident and untied
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<int> announced_;
+  int in_use_ = -1;
+  bool continuation_ = false;
+  bool stopping_ = false;
+  bool halted_ = false;  // a load failed: prefetch nothing until asked again
+  std::atomic<bool> cancelled_{false};
+  uint64_t generation_ = 0;
+  std::vector<std::thread> workers_;
+
+  // Counters, under mutex_.
+  LoaderStats stats_;
+  uint64_t allocated_bytes_ = 0;
+  int current_timeline_ = -1;
+  double compute_start_ = 0;
+  std::chrono::steady_clock::time_point epoch_;
+};
+
+}  // namespace sipllm

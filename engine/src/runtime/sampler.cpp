@@ -1,0 +1,108 @@
+#include "runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <unordered_set>
+
+#include "sipllm/error.h"
+
+namespace sipllm {
+
+Sampler::Sampler(const SamplingOptions& options, int n_vocab)
+    : options_(options), n_vocab_(n_vocab) {
+  if (options.seed) {
+    seed_ = *options.seed;
+  } else {
+    std::random_device device;
+    seed_ = (static_cast<uint64_t>(device()) << 32) ^ device();
+  }
+  state_ = seed_;
+  if (!(options.top_p > 0)) throw Error(ErrorKind::kInvalidArgument, "top_p must be > 0");
+  if (options.repeat_penalty <= 0) {
+    throw Error(ErrorKind::kInvalidArgument, "repeat_penalty must be > 0");
+  }
+}
+
+// splitmix64: tiny, well mixed, identical everywhere.
+double Sampler::next_uniform() {
+  uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1.0p-53;
+}
+
+int32_t Sampler::sample(std::vector<float>& logits, const std::vector<int32_t>& recent) {
+  for (const auto& [token, bias] : options_.logit_bias) {
+    if (token >= 0 && token < n_vocab_) logits[static_cast<size_t>(token)] += bias;
+  }
+  if (options_.repeat_penalty != 1.0f && options_.repeat_last_n != 0) {
+    const size_t window = options_.repeat_last_n < 0
+                              ? recent.size()
+                              : std::min(recent.size(), static_cast<size_t>(options_.repeat_last_n));
+    std::unordered_set<int32_t> seen(recent.end() - static_cast<std::ptrdiff_t>(window), recent.end());
+    for (int32_t token : seen) {
+      if (token < 0 || token >= n_vocab_) continue;
+      float& l = logits[static_cast<size_t>(token)];
+      l = l > 0 ? l / options_.repeat_penalty : l * options_.repeat_penalty;
+    }
+  }
+
+  if (options_.temperature <= 0) {
+    // First maximum wins ties, so the choice is deterministic.
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+
+  std::vector<int32_t> ids(static_cast<size_t>(n_vocab_));
+  std::iota(ids.begin(), ids.end(), 0);
+  auto by_logit = [&](int32_t a, int32_t b) {
+    const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
+    return la > lb || (la == lb && a < b);
+  };
+  size_t keep = ids.size();
+  if (options_.top_k > 0 && static_cast<size_t>(options_.top_k) < keep) {
+    keep = static_cast<size_t>(options_.top_k);
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(keep), ids.end(), by_logit);
+  } else {
+    std::sort(ids.begin(), ids.end(), by_logit);
+  }
+  ids.resize(keep);
+
+  std::vector<double> probs(keep);
+  const double max = logits[static_cast<size_t>(ids[0])];
+  double sum = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    probs[i] = std::exp((logits[static_cast<size_t>(ids[i])] - max) / options_.temperature);
+    sum += probs[i];
+  }
+  for (double& p : probs) p /= sum;
+
+  if (options_.top_p < 1.0f) {
+    double cumulative = 0;
+    size_t n = 0;
+    while (n < keep) {
+      cumulative += probs[n++];
+      if (cumulative >= options_.top_p) break;
+    }
+    keep = n;
+  }
+  if (options_.min_p > 0) {
+    const double threshold = probs[0] * options_.min_p;
+    size_t n = 1;
+    while (n < keep && probs[n] >= threshold) ++n;
+    keep = n;
+  }
+
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += probs[i];
+  double r = next_uniform() * total;
+  for (size_t i = 0; i < keep; ++i) {
+    r -= probs[i];
+    if (r < 0) return ids[i];
+  }
+  return ids[keep - 1];
+}
+
+}  // namespace sipllm

@@ -1,0 +1,752 @@
+#include "text/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "model/gguf.h"
+#include "sipllm/error.h"
+#include "sipllm/weight_source.h"
+#include "test_support.h"
+#include "text/unicode.h"
+
+namespace sipllm {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+GgufFile parse_gguf_file(const std::string& path) {
+  auto source = open_file_source(path);
+  return GgufFile::parse(*source);
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& relative_path) {
+  return Tokenizer::from_gguf(parse_gguf_file(test::model_path(relative_path)));
+}
+
+// Copies a tensor-less GGUF keeping only the first of any repeated metadata
+// key. ggml-vocab-dbrx.gguf (from a llama.cpp PR branch, never on master)
+// writes general.file_type twice, which GgufFile rightly rejects, as
+// llama.cpp's own reader does today; its tokenizer metadata is fine.
+GgufFile parse_gguf_dropping_repeated_keys(const std::string& path) {
+  const std::string raw = test::read_file(path);
+  size_t pos = 0;
+  const auto take = [&](size_t n) {
+    if (raw.size() - pos < n) throw std::runtime_error(path + ": truncated");
+    const size_t at = pos;
+    pos += n;
+    return at;
+  };
+  const auto u32 = [&] {
+    uint32_t v;
+    std::memcpy(&v, raw.data() + take(4), 4);
+    return v;
+  };
+  const auto u64 = [&] {
+    uint64_t v;
+    std::memcpy(&v, raw.data() + take(8), 8);
+    return v;
+  };
+  const auto skip_value = [&](uint32_t type, auto& self) -> void {
+    static const size_t kScalarSize[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    if (type == static_cast<uint32_t>(GgufType::kString)) {
+      take(u64());
+    } else if (type == static_cast<uint32_t>(GgufType::kArray)) {
+      const uint32_t element_type = u32();
+      const uint64_t count = u64();
+      for (uint64_t i = 0; i < count; ++i) self(element_type, self);
+    } else if (type < 13) {
+      take(kScalarSize[type]);
+    } else {
+      throw std::runtime_error(path + ": bad metadata type");
+    }
+  };
+
+  take(8);  // magic, version
+  const uint64_t tensor_count = u64();
+  if (tensor_count != 0) throw std::runtime_error(path + ": has tensors");
+  const size_t count_offset = take(8);
+  uint64_t count = 0;
+  std::memcpy(&count, raw.data() + count_offset, 8);
+
+  std::string kept;
+  std::vector<std::string> seen;
+  uint64_t kept_count = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    const size_t entry_start = pos;
+    const uint64_t key_length = u64();
+    const std::string key = raw.substr(take(key_length), key_length);
+    skip_value(u32(), skip_value);
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+    seen.push_back(key);
+    kept += raw.substr(entry_start, pos - entry_start);
+    ++kept_count;
+  }
+  std::string file = raw.substr(0, count_offset);
+  file.append(reinterpret_cast<const char*>(&kept_count), 8);
+  file += kept;
+  auto source = make_memory_source(std::vector<uint8_t>(file.begin(), file.end()), path);
+  return GgufFile::parse(*source);
+}
+
+std::string vocab_path(const std::string& name) {
+  return test::model_path("llama.cpp-vocab/ggml-vocab-" + name + ".gguf");
+}
+
+std::unique_ptr<Tokenizer> load_vocab(const std::string& name) {
+  const std::string path = vocab_path(name);
+  return Tokenizer::from_gguf(name == "dbrx" ? parse_gguf_dropping_repeated_keys(path) : parse_gguf_file(path));
+}
+
+// Parses a metadata-only GGUF built in memory.
+GgufFile parse(const GgufWriter& writer) {
+  auto source = make_memory_source(writer.to_bytes(), "test.gguf");
+  return GgufFile::parse(*source);
+}
+
+// A small, valid SentencePiece vocabulary; tests break one key at a time.
+struct TinySpmVocab {
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b", "\xE2\x96\x81" "a", "ab"};
+  std::vector<float> scores = {0, 0, 0, -1, -2, -3, -0.5f, -0.25f};
+  std::vector<int32_t> types = {2, 3, 3, 1, 1, 1, 1, 1};
+
+  GgufWriter builder(const std::string& model = "llama") const {
+    GgufWriter b;
+    b.set_string("general.architecture", "llama").set_string("tokenizer.ggml.model", model);
+    b.set_string_array("tokenizer.ggml.tokens", tokens).set_float32_array("tokenizer.ggml.scores", scores);
+    b.set_int32_array("tokenizer.ggml.token_type", types);
+    return b;
+  }
+};
+
+// Expects `fn` to throw a sipllm::Error of `kind` whose message contains `needle`.
+template <typename Fn>
+void expect_error(Fn fn, ErrorKind kind, const std::string& needle) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error thrown; expected one mentioning '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+        << "message '" << e.what() << "' does not mention '" << needle << "'";
+  }
+}
+
+std::string escape(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+std::string ids_to_string(const std::vector<int32_t>& ids) {
+  std::string out;
+  for (int32_t id : ids) out += (out.empty() ? "" : " ") + std::to_string(id);
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// llama.cpp's tokenizer test pairs (models/ggml-vocab-*.gguf.inp/.out), read
+// the way its tests/test-tokenizer-0.cpp reads them: the .inp is split at
+// "\n__ggml_vocab_test__\n" (so each case loses the newline before the
+// separator, and nothing follows the last separator), the .out has one line
+// of space-separated ids per case.
+
+struct VocabCase {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+std::vector<VocabCase> read_vocab_cases(const std::string& gguf_path) {
+  const std::string inp = test::read_file(gguf_path + ".inp");
+  const std::string out = test::read_file(gguf_path + ".out");
+  const std::string separator = "\n__ggml_vocab_test__\n";
+
+  std::vector<std::string> texts;
+  size_t pos = 0;
+  while (pos < inp.size()) {
+    const size_t next = inp.find(separator, pos);
+    if (next == std::string::npos) {
+      texts.push_back(inp.substr(pos));
+      break;
+    }
+    texts.push_back(inp.substr(pos, next - pos));
+    pos = next + separator.size();
+  }
+
+  std::vector<std::vector<int32_t>> id_lines;
+  size_t line_start = 0;
+  while (line_start < out.size()) {
+    size_t line_end = out.find('\n', line_start);
+    if (line_end == std::string::npos) line_end = out.size();
+    std::vector<int32_t> ids;
+    const std::string line = out.substr(line_start, line_end - line_start);
+    size_t p = 0;
+    while (p < line.size()) {
+      while (p < line.size() && line[p] == ' ') ++p;
+      size_t q = p;
+      while (q < line.size() && line[q] != ' ') ++q;
+      if (q > p) ids.push_back(std::stoi(line.substr(p, q - p)));
+      p = q;
+    }
+    id_lines.push_back(ids);
+    line_start = line_end + 1;
+  }
+
+  std::vector<VocabCase> cases;
+  EXPECT_EQ(texts.size(), id_lines.size()) << gguf_path << ": .inp and .out disagree on the case count";
+  for (size_t i = 0; i < std::min(texts.size(), id_lines.size()); ++i) {
+    cases.push_back({texts[i], id_lines[i]});
+  }
+  return cases;
+}
+
+struct VocabUnderTest {
+  const char* name;  // ggml-vocab-<name>.gguf
+  size_t expected_cases;
+  // The vocabulary whose .inp/.out to use, when the file has none of its own.
+  const char* cases_from = nullptr;
+};
+
+void PrintTo(const VocabUnderTest& vocab, std::ostream* os) { *os << vocab.name; }
+
+class TokenizerVocabTest : public ::testing::TestWithParam<VocabUnderTest> {};
+
+TEST_P(TokenizerVocabTest, EncodesAndDecodesEveryCaseLikeLlamaCpp) {
+  const VocabUnderTest& vocab = GetParam();
+  const std::unique_ptr<Tokenizer> tokenizer = load_vocab(vocab.name);
+  const std::vector<VocabCase> cases =
+      read_vocab_cases(vocab_path(vocab.cases_from != nullptr ? vocab.cases_from : vocab.name));
+  ASSERT_EQ(cases.size(), vocab.expected_cases);
+
+  size_t encoded_ok = 0;
+  size_t decoded_ok = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const VocabCase& c = cases[i];
+    SCOPED_TRACE("case " + std::to_string(i) + ": '" + escape(c.text) + "'");
+    const std::vector<int32_t> ids = tokenizer->encode(c.text, /*add_special=*/false, /*parse_special=*/false);
+    EXPECT_EQ(ids_to_string(ids), ids_to_string(c.ids));
+    encoded_ok += ids == c.ids;
+    const std::string decoded = tokenizer->decode(c.ids);
+    EXPECT_EQ(escape(decoded), escape(c.text));
+    decoded_ok += decoded == c.text;
+  }
+  std::printf("[          ] %s (%s): %zu/%zu cases encode exactly, %zu/%zu decode back\n", vocab.name,
+              tokenizer->kind().c_str(), encoded_ok, cases.size(), decoded_ok, cases.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Tokenizer, TokenizerVocabTest,
+    ::testing::Values(VocabUnderTest{"llama-spm", 46}, VocabUnderTest{"phi-3", 46},
+                      VocabUnderTest{"gpt-2", 46}, VocabUnderTest{"starcoder", 46},
+                      VocabUnderTest{"refact", 46}, VocabUnderTest{"mpt", 46},
+                      VocabUnderTest{"falcon", 46}, VocabUnderTest{"deepseek-coder", 46},
+                      VocabUnderTest{"deepseek-llm", 46}, VocabUnderTest{"dbrx", 43},
+                      // An old conversion without tokenizer.ggml.pre. Its
+                      // tokens, types and merges are identical to MPT's (both
+                      // are GPT-NeoX-20B's), so MPT's cases apply.
+                      VocabUnderTest{"gpt-neox", 46, "mpt"}),
+    [](const ::testing::TestParamInfo<VocabUnderTest>& info) {
+      std::string name = info.param.name;
+      for (char& c : name) {
+        if (c == '-') c = '_';
+      }
+      return name;
+    });
+
+// ---------------------------------------------------------------------------
+// Real models
+
+TEST(TokenizerStories260K, EncodesWithBosAndRoundTrips) {
+  const auto tokenizer = load_tokenizer("stories260K.gguf");
+  EXPECT_EQ(tokenizer->n_vocab(), 512);
+  EXPECT_EQ(tokenizer->bos(), 1);
+  EXPECT_EQ(tokenizer->eos(), 2);
+  EXPECT_TRUE(tokenizer->add_bos());
+  EXPECT_EQ(tokenizer->kind(), "llama (SentencePiece BPE)");
+
+  const std::string text = "Once upon a time";
+  const std::vector<int32_t> ids = tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/false);
+  ASSERT_GE(ids.size(), 2u);
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(tokenizer->decode(ids), text);  // the BOS gives no text, the prefix space goes
+  const std::vector<int32_t> plain = tokenizer->encode(text, false, false);
+  EXPECT_EQ(std::vector<int32_t>(ids.begin() + 1, ids.end()), plain);
+  EXPECT_EQ(tokenizer->decode(plain), text);
+
+  EXPECT_TRUE(tokenizer->is_end_of_generation(2));
+  EXPECT_FALSE(tokenizer->is_end_of_generation(1));
+  EXPECT_EQ(tokenizer->token_bytes(1), "");  // control
+  EXPECT_TRUE(tokenizer->encode("", false, false).empty());
+  EXPECT_EQ(tokenizer->encode("", true, false), std::vector<int32_t>{1});
+}
+
+TEST(TokenizerStories260K, FallsBackToByteTokensForAnEmoji) {
+  const auto tokenizer = load_tokenizer("stories260K.gguf");
+  const std::string text = "a \xF0\x9F\xA6\x99 b";  // "a 🦙 b"
+  const std::vector<int32_t> ids = tokenizer->encode(text, false, false);
+  int byte_tokens = 0;
+  for (int32_t id : ids) byte_tokens += tokenizer->token_type(id) == TokenType::kByte;
+  EXPECT_EQ(byte_tokens, 4);
+  EXPECT_EQ(tokenizer->decode(ids), text);
+}
+
+TEST(TokenizerStories260K, RejectsIdsOutsideTheVocabulary) {
+  const auto tokenizer = load_tokenizer("stories260K.gguf");
+  expect_error([&] { tokenizer->token_bytes(512); }, ErrorKind::kInvalidArgument, "512");
+  expect_error([&] { tokenizer->decode({5, -1}); }, ErrorKind::kInvalidArgument, "-1");
+}
+
+TEST(TokenizerTinyStories, Loads) {
+  const auto tokenizer = load_tokenizer("TinyStories-656K/TinyStories-656K-Q8_0.gguf");
+  EXPECT_EQ(tokenizer->n_vocab(), 2048);
+  EXPECT_EQ(tokenizer->bos(), 1);
+  EXPECT_EQ(tokenizer->eos(), 2);
+  EXPECT_TRUE(tokenizer->is_end_of_generation(2));
+  const std::string text = "Once upon a time, there was a little girl.";
+  const std::vector<int32_t> ids = tokenizer->encode(text, true, false);
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(tokenizer->decode(ids), text);
+  // No byte tokens in this vocabulary: an unknown character becomes <unk>
+  // instead of failing.
+  const std::vector<int32_t> unknown = tokenizer->encode("\xF0\x9F\xA6\x99", false, false);
+  EXPECT_NE(std::find(unknown.begin(), unknown.end(), 0), unknown.end());
+  // With parse_special, the story markers are control tokens.
+  const std::vector<int32_t> marked = tokenizer->encode("<|start_story|>Once", false, true);
+  ASSERT_FALSE(marked.empty());
+  EXPECT_EQ(marked[0], 1);
+  EXPECT_NE(tokenizer->encode("<|start_story|>Once", false, false)[0], 1);
+}
+
+// ---------------------------------------------------------------------------
+// TextDecoder
+
+TEST(TokenizerTextDecoder, HoldsBackAPartialCharacterUntilItsLastByte) {
+  const auto tokenizer = load_tokenizer("stories260K.gguf");
+  const std::string emoji = "\xF0\x9F\xA6\x99";
+  const std::vector<int32_t> ids = tokenizer->encode(emoji, false, false);
+  // "▁" then four byte tokens.
+  ASSERT_EQ(ids.size(), 5u);
+  for (size_t i = 1; i < ids.size(); ++i) ASSERT_EQ(tokenizer->token_type(ids[i]), TokenType::kByte);
+
+  TextDecoder decoder(*tokenizer);
+  EXPECT_EQ(decoder.push(tokenizer->bos()), "");  // control: no text, still at the start
+  EXPECT_EQ(decoder.push(ids[0]), "");             // the prefix space is dropped
+  for (size_t i = 1; i + 1 < ids.size(); ++i) EXPECT_EQ(decoder.push(ids[i]), "") << i;
+  EXPECT_EQ(decoder.push(ids.back()), emoji);
+  EXPECT_EQ(decoder.flush(), "");
+}
+
+TEST(TokenizerTextDecoder, StreamsTheSameTextAsDecode) {
+  const auto tokenizer = load_tokenizer("stories260K.gguf");
+  const std::string text = "Once upon a time \xF0\x9F\xA6\x99 there was a caf\xC3\xA9.";
+  const std::vector<int32_t> ids = tokenizer->encode(text, true, false);
+  TextDecoder decoder(*tokenizer);
+  std::string streamed;
+  for (int32_t id : ids) streamed += decoder.push(id);
+  streamed += decoder.flush();
+  EXPECT_EQ(streamed, text);
+  EXPECT_EQ(tokenizer->decode(ids), text);
+}
+
+TEST(TokenizerTextDecoder, FlushesAnIncompleteCharacterAsReplacement) {
+  const auto tokenizer = load_tokenizer("stories260K.gguf");
+  const std::vector<int32_t> ids = tokenizer->encode("x\xF0\x9F\xA6\x99", false, false);
+  ASSERT_GE(ids.size(), 3u);
+  TextDecoder decoder(*tokenizer);
+  std::string out;
+  // Everything but the last two bytes of the emoji.
+  for (size_t i = 0; i + 2 < ids.size(); ++i) out += decoder.push(ids[i]);
+  EXPECT_EQ(out, "x");
+  EXPECT_EQ(decoder.flush(), "\xEF\xBF\xBD");
+  EXPECT_EQ(decoder.flush(), "");
+}
+
+TEST(TokenizerTextDecoder, ReplacesBytesThatCanNeverFormACharacter) {
+  const auto tokenizer = load_tokenizer("stories260K.gguf");
+  // A lone continuation byte, then a complete character.
+  const std::vector<int32_t> ids = tokenizer->encode("\xA6" "a", false, false);
+  TextDecoder decoder(*tokenizer);
+  std::string out;
+  for (int32_t id : ids) out += decoder.push(id);
+  out += decoder.flush();
+  EXPECT_EQ(out, "\xEF\xBF\xBD" "a");
+}
+
+TEST(TokenizerTextDecoder, KeepsLeadingSpaceForByteLevelBpe) {
+  const auto tokenizer = load_vocab("gpt-2");
+  const std::string text = " Hello \xF0\x9F\xA6\x99!";
+  const std::vector<int32_t> ids = tokenizer->encode(text, false, false);
+  TextDecoder decoder(*tokenizer);
+  std::string streamed;
+  for (int32_t id : ids) {
+    const std::string piece = decoder.push(id);
+    // Whatever comes out is always whole characters.
+    EXPECT_EQ(unicode::incomplete_utf8_tail(piece), 0u);
+    streamed += piece;
+  }
+  EXPECT_EQ(streamed + decoder.flush(), text);
+}
+
+// ---------------------------------------------------------------------------
+// Special tokens
+
+TEST(TokenizerSpecialTokens, ControlTokensOnlyWithParseSpecial) {
+  const auto tokenizer = load_vocab("gpt-2");
+  const std::string text = "Hi<|endoftext|>there";
+  const std::vector<int32_t> parsed = tokenizer->encode(text, false, true);
+  EXPECT_NE(std::find(parsed.begin(), parsed.end(), 50256), parsed.end());
+  const std::vector<int32_t> plain = tokenizer->encode(text, false, false);
+  EXPECT_EQ(std::find(plain.begin(), plain.end(), 50256), plain.end());
+  EXPECT_EQ(tokenizer->decode(plain), text);
+  EXPECT_EQ(tokenizer->decode(parsed), "Hithere");  // control tokens give no text
+  EXPECT_TRUE(tokenizer->is_end_of_generation(50256));
+  EXPECT_FALSE(tokenizer->add_bos());  // gpt2 vocabularies add no BOS unless the key says so
+}
+
+TEST(TokenizerSpecialTokens, UserDefinedTokensAreAlwaysMatched) {
+  // MPT (GPT-NeoX vocabulary) has user-defined tokens for runs of spaces.
+  const auto tokenizer = load_vocab("mpt");
+  const std::string text = "a     b";
+  const std::vector<int32_t> ids = tokenizer->encode(text, false, false);
+  bool has_user_defined = false;
+  for (int32_t id : ids) has_user_defined |= tokenizer->token_type(id) == TokenType::kUserDefined;
+  EXPECT_TRUE(has_user_defined) << ids_to_string(ids);
+  EXPECT_EQ(tokenizer->decode(ids), text);
+}
+
+TEST(TokenizerSpecialTokens, Phi3SpecialTokensEatTheSpaceAfterThem) {
+  const auto tokenizer = load_vocab("phi-3");
+  const int32_t user = 32010;  // <|user|>
+  ASSERT_EQ(tokenizer->token_text(user), "<|user|>");
+  const std::vector<int32_t> ids = tokenizer->encode("<|user|>\nHello", true, true);
+  const std::vector<int32_t> hello = tokenizer->encode("Hello", false, false);
+  std::vector<int32_t> expected = {tokenizer->bos(), user};
+  expected.insert(expected.end(), hello.begin(), hello.end());
+  EXPECT_EQ(ids, expected);
+  EXPECT_TRUE(tokenizer->is_end_of_generation(32007));  // <|end|>
+  EXPECT_TRUE(tokenizer->is_end_of_generation(32000));  // <|endoftext|>, the EOS
+}
+
+// ---------------------------------------------------------------------------
+// Robustness
+
+TEST(TokenizerRobustness, InvalidUtf8NeitherCrashesNorLoses) {
+  const std::string nasty[] = {
+      std::string("\xFF\xFE abc \xC3", 8),
+      std::string("\x80\x80\x80", 3),
+      std::string("ab\xE2\x82", 4),
+      std::string("\xED\xA0\x80 surrogate", 13),
+      std::string("\xC0\xAF overlong \xF8\x88\x80\x80\x80", 16),
+      std::string("nul\0inside", 10),
+      std::string("\xF4\x90\x80\x80 beyond U+10FFFF", 20),
+  };
+  // Vocabularies that can spell every byte (SentencePiece byte fallback, or
+  // all 256 byte-level symbols) must give the bytes back. The others cannot:
+  // starcoder and falcon lack the symbols of bytes that never occur in valid
+  // UTF-8 (0xC0, 0xFF, ...), and the deepseek vocabularies have user-defined
+  // tokens "À", "ÿ", ... that share those symbols and decode as characters.
+  const struct {
+    const char* name;
+    bool spells_every_byte;
+  } vocabs[] = {{"gpt-2", true},           {"llama-spm", true}, {"dbrx", true},
+                {"deepseek-llm", false},   {"deepseek-coder", false},
+                {"falcon", false},         {"starcoder", false}};
+  for (const auto& vocab : vocabs) {
+    SCOPED_TRACE(vocab.name);
+    const auto tokenizer = load_vocab(vocab.name);
+    for (const std::string& text : nasty) {
+      SCOPED_TRACE(escape(text));
+      for (bool parse_special : {false, true}) {
+        const std::vector<int32_t> ids = tokenizer->encode(text, true, parse_special);
+        for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < tokenizer->n_vocab());
+      }
+      const std::string decoded = tokenizer->decode(tokenizer->encode(text, false, false));
+      if (vocab.spells_every_byte) EXPECT_EQ(escape(decoded), escape(text));
+    }
+  }
+}
+
+TEST(TokenizerRobustness, RandomBytesRoundTrip) {
+  // Random mixes of ASCII, spaces, multi-byte characters, stray bytes and
+  // pieces of special-token texts; a fixed seed keeps failures reproducible.
+  const std::vector<std::string> alphabet = {
+      "a", "Z", "7", " ", "  ", "\n", "\t", "'s", "!", "<|endoftext|>", "<|", "</s>", "<s>", "\xC3\xA9",
+      "\xE4\xB8\x80", "\xF0\x9F\xA6\x99", "\xE2\x96\x81", "\x80", "\xFF", "\xC3", "\xF0\x9F", "\0"};
+  std::mt19937 random(12345);
+  std::vector<std::string> texts;
+  for (int i = 0; i < 300; ++i) {
+    std::string text;
+    const int parts = static_cast<int>(random() % 24);
+    for (int j = 0; j < parts; ++j) text += alphabet[random() % alphabet.size()];
+    texts.push_back(text);
+  }
+  for (const char* name : {"gpt-2", "llama-spm", "phi-3", "mpt", "deepseek-llm", "falcon"}) {
+    SCOPED_TRACE(name);
+    const auto tokenizer = load_vocab(name);
+    const bool spells_every_byte = std::string(name) == "gpt-2" || std::string(name) == "llama-spm" ||
+                                   std::string(name) == "phi-3";
+    for (const std::string& text : texts) {
+      SCOPED_TRACE(escape(text));
+      const std::vector<int32_t> special = tokenizer->encode(text, true, true);
+      for (int32_t id : special) ASSERT_TRUE(id >= 0 && id < tokenizer->n_vocab());
+      const std::vector<int32_t> ids = tokenizer->encode(text, false, false);
+      for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < tokenizer->n_vocab());
+      // Known losses: phi-3's "</s>" is a user-defined token that eats the
+      // spaces after it, and SentencePiece reads a literal "▁" as a space.
+      const bool spm = tokenizer->strips_leading_space();
+      const bool lossy = (std::string(name) == "phi-3" && text.find("</s>") != std::string::npos) ||
+                         (spm && text.find("\xE2\x96\x81") != std::string::npos);
+      if (spells_every_byte && !lossy) EXPECT_EQ(escape(tokenizer->decode(ids)), escape(text));
+      TextDecoder decoder(*tokenizer);
+      std::string streamed;
+      for (int32_t id : ids) streamed += decoder.push(id);
+      streamed += decoder.flush();
+      EXPECT_EQ(unicode::incomplete_utf8_tail(streamed), 0u);
+    }
+  }
+}
+
+TEST(TokenizerPerformance, LoadsAndEncodesQuickly) {
+  using Clock = std::chrono::steady_clock;
+  const auto seconds_since = [](Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+
+  auto start = Clock::now();
+  const auto gpt2 = load_vocab("gpt-2");
+  const double gpt2_load = seconds_since(start);
+  EXPECT_LT(gpt2_load, 1.0);
+
+  // ~200 KB of mixed text, plus pathological runs: one long word, one long
+  // run of spaces, one long run of digits.
+  const std::string path = test::model_path("llama.cpp-vocab/ggml-vocab-gpt-2.gguf.inp");
+  const std::string sample = test::read_file(path);
+  std::string text;
+  while (text.size() < 200000) text += sample;
+  text += std::string(20000, 'a') + std::string(20000, ' ') + std::string(20000, '7') + "\n";
+
+  start = Clock::now();
+  const std::vector<int32_t> ids = gpt2->encode(text, false, false);
+  const double gpt2_encode = seconds_since(start);
+  EXPECT_EQ(gpt2->decode(ids), text);
+  EXPECT_LT(gpt2_encode, 2.0);
+
+  const auto spm = load_vocab("llama-spm");
+  start = Clock::now();
+  const std::vector<int32_t> spm_ids = spm->encode(text, false, false);
+  const double spm_encode = seconds_since(start);
+  EXPECT_EQ(spm->decode(spm_ids), text);
+  EXPECT_LT(spm_encode, 2.0);
+
+  const auto llm = load_vocab("deepseek-llm");
+  start = Clock::now();
+  const std::vector<int32_t> llm_ids = llm->encode(text, false, true);
+  const double llm_encode = seconds_since(start);
+  EXPECT_LT(llm_encode, 2.0);
+
+  std::printf("[          ] gpt-2 load %.3f s; %zu bytes encoded by gpt-2 in %.3f s, llama-spm %.3f s, "
+              "deepseek-llm (2400 special tokens) %.3f s\n",
+              gpt2_load, text.size(), gpt2_encode, spm_encode, llm_encode);
+}
+
+// ---------------------------------------------------------------------------
+// Metadata errors
+
+TEST(TokenizerMetadata, TinyVocabularyWorks) {
+  const TinySpmVocab vocab;
+  const auto tokenizer = Tokenizer::from_gguf(parse(vocab.builder()));
+  // "▁ab": of the candidate pairs "▁a" (score -0.5) and "ab" (-0.25), the
+  // higher score merges first, leaving "▁" + "ab".
+  EXPECT_EQ(tokenizer->encode("ab", false, false), (std::vector<int32_t>{3, 7}));
+  EXPECT_EQ(tokenizer->encode("a", true, false), (std::vector<int32_t>{1, 6}));
+  EXPECT_EQ(tokenizer->decode({1, 3, 7}), "ab");
+}
+
+TEST(TokenizerMetadata, UnknownModelIsUnsupported) {
+  const TinySpmVocab vocab;
+  expect_error([&] { Tokenizer::from_gguf(parse(vocab.builder("nonsense"))); }, ErrorKind::kUnsupported,
+               "nonsense");
+  expect_error([&] { Tokenizer::from_gguf(parse(vocab.builder("bert"))); }, ErrorKind::kUnsupported, "bert");
+}
+
+TEST(TokenizerMetadata, MissingModelKeyIsAFormatError) {
+  GgufWriter b;
+  b.set_string_array("tokenizer.ggml.tokens", {"a"});
+  expect_error([&] { Tokenizer::from_gguf(parse(b)); }, ErrorKind::kFormat, "tokenizer.ggml.model");
+}
+
+TEST(TokenizerMetadata, ScoresShorterThanTokens) {
+  TinySpmVocab vocab;
+  vocab.scores.pop_back();
+  expect_error([&] { Tokenizer::from_gguf(parse(vocab.builder())); }, ErrorKind::kFormat,
+               "tokenizer.ggml.scores");
+}
+
+TEST(TokenizerMetadata, MissingScores) {
+  const TinySpmVocab vocab;
+  GgufWriter b;
+  b.set_string("tokenizer.ggml.model", "llama").set_string_array("tokenizer.ggml.tokens", vocab.tokens);
+  expect_error([&] { Tokenizer::from_gguf(parse(b)); }, ErrorKind::kFormat, "tokenizer.ggml.scores");
+}
+
+TEST(TokenizerMetadata, MissingTokens) {
+  GgufWriter b;
+  b.set_string("tokenizer.ggml.model", "llama").set_float32_array("tokenizer.ggml.scores", {0.0f});
+  expect_error([&] { Tokenizer::from_gguf(parse(b)); }, ErrorKind::kFormat, "tokenizer.ggml.tokens");
+}
+
+TEST(TokenizerMetadata, TokenTypeLengthMismatch) {
+  TinySpmVocab vocab;
+  vocab.types.push_back(1);
+  expect_error([&] { Tokenizer::from_gguf(parse(vocab.builder())); }, ErrorKind::kFormat,
+               "tokenizer.ggml.token_type");
+}
+
+TEST(TokenizerMetadata, SpecialIdOutOfRange) {
+  const TinySpmVocab vocab;
+  expect_error([&] { Tokenizer::from_gguf(parse(vocab.builder().set_uint32("tokenizer.ggml.eos_token_id", 8))); },
+               ErrorKind::kFormat, "tokenizer.ggml.eos_token_id");
+  expect_error([&] { Tokenizer::from_gguf(parse(vocab.builder().set_uint32("tokenizer.ggml.bos_token_id", 1000))); },
+               ErrorKind::kFormat, "tokenizer.ggml.bos_token_id");
+  // 0xFFFFFFFF is how converters write "no such token" (stories260K does).
+  const auto tokenizer =
+      Tokenizer::from_gguf(parse(vocab.builder().set_uint32("tokenizer.ggml.padding_token_id", 0xFFFFFFFFu)));
+  EXPECT_EQ(tokenizer->bos(), 1);
+}
+
+TEST(TokenizerMetadata, AddBosWithoutBos) {
+  GgufWriter b;
+  b.set_string("tokenizer.ggml.model", "gpt2")
+      .set_string_array("tokenizer.ggml.tokens", {"a", "b", "ab"})
+      .set_string_array("tokenizer.ggml.merges", {"a b"})
+      .set_bool("tokenizer.ggml.add_bos_token", true);
+  expect_error([&] { Tokenizer::from_gguf(parse(b)); }, ErrorKind::kFormat, "tokenizer.ggml.add_bos_token");
+}
+
+TEST(TokenizerMetadata, Gpt2NeedsMergesAndAKnownPreTokenizer) {
+  GgufWriter no_merges;
+  no_merges.set_string("tokenizer.ggml.model", "gpt2")
+      .set_string("tokenizer.ggml.pre", "gpt-2")
+      .set_string_array("tokenizer.ggml.tokens", {"a", "b"});
+  expect_error([&] { Tokenizer::from_gguf(parse(no_merges)); }, ErrorKind::kFormat, "tokenizer.ggml.merges");
+
+  GgufWriter odd_pre;
+  odd_pre.set_string("tokenizer.ggml.model", "gpt2")
+      .set_string("tokenizer.ggml.pre", "made-up-pre")
+      .set_string_array("tokenizer.ggml.tokens", {"a", "b", "ab"})
+      .set_string_array("tokenizer.ggml.merges", {"a b"});
+  expect_error([&] { Tokenizer::from_gguf(parse(odd_pre)); }, ErrorKind::kUnsupported, "made-up-pre");
+
+  GgufWriter good;
+  good.set_string("tokenizer.ggml.model", "gpt2")
+      .set_string("tokenizer.ggml.pre", "gpt-2")
+      .set_string_array("tokenizer.ggml.tokens", {"a", "b", "ab", "\xC4\xA0"})
+      .set_string_array("tokenizer.ggml.merges", {"a b"});
+  const auto tokenizer = Tokenizer::from_gguf(parse(good));
+  EXPECT_EQ(tokenizer->encode("ab", true, false), (std::vector<int32_t>{2}));
+  EXPECT_EQ(tokenizer->decode({2, 3, 0}), "ab a");
+  EXPECT_EQ(tokenizer->kind(), "gpt2 (byte-level BPE, pre-tokenizer gpt-2)");
+}
+
+// ---------------------------------------------------------------------------
+// Unicode helpers
+
+TEST(TokenizerUnicode, Categories) {
+  using unicode::Category;
+  EXPECT_EQ(unicode::category('a'), Category::kLetter);
+  EXPECT_EQ(unicode::category('7'), Category::kNumber);
+  EXPECT_EQ(unicode::category('!'), Category::kPunctuation);
+  EXPECT_EQ(unicode::category('$'), Category::kSymbol);
+  EXPECT_EQ(unicode::category(' '), Category::kSeparator);
+  EXPECT_EQ(unicode::category('\n'), Category::kControl);
+  EXPECT_EQ(unicode::category(0x00E9), Category::kLetter);     // é
+  EXPECT_EQ(unicode::category(0x0301), Category::kMark);       // combining acute
+  EXPECT_EQ(unicode::category(0x00BD), Category::kNumber);     // ½
+  EXPECT_EQ(unicode::category(0x4E00), Category::kLetter);     // 一
+  EXPECT_EQ(unicode::category(0x1F999), Category::kSymbol);    // 🦙
+  EXPECT_EQ(unicode::category(0x3002), Category::kPunctuation);  // 。
+  EXPECT_EQ(unicode::category(0x0378), Category::kUndefined);  // unassigned
+  EXPECT_EQ(unicode::category(0x10FFFF), Category::kUndefined);
+  EXPECT_EQ(unicode::category(0x110000), Category::kUndefined);
+  EXPECT_TRUE(unicode::is_whitespace(0x3000));
+  EXPECT_TRUE(unicode::is_whitespace('\t'));
+  EXPECT_FALSE(unicode::is_whitespace(0x200B));
+}
+
+TEST(TokenizerUnicode, ByteLevelAlphabetIsABijection) {
+  std::vector<bool> seen(0x200, false);
+  for (int b = 0; b < 256; ++b) {
+    const uint32_t cp = unicode::byte_to_code_point(static_cast<uint8_t>(b));
+    ASSERT_LT(cp, 0x200u);
+    EXPECT_FALSE(seen[cp]);
+    seen[cp] = true;
+    EXPECT_EQ(unicode::code_point_to_byte(cp), b);
+  }
+  EXPECT_EQ(unicode::byte_to_code_point(' '), 0x120u);  // "Ġ"
+  EXPECT_EQ(unicode::byte_to_code_point('\n'), 0x10Au);  // "Ċ"
+  EXPECT_EQ(unicode::code_point_to_byte(0x144), -1);
+}
+
+TEST(TokenizerUnicode, DecodesAndEncodesUtf8) {
+  uint32_t cp = 0;
+  EXPECT_EQ(unicode::decode_utf8("\xF0\x9F\xA6\x99", 0, &cp), 4u);
+  EXPECT_EQ(cp, 0x1F999u);
+  EXPECT_EQ(unicode::decode_utf8("\xE2\x82", 0, &cp), 1u);  // truncated
+  EXPECT_EQ(cp, unicode::kReplacementCharacter);
+  EXPECT_EQ(unicode::decode_utf8("\xC0\xAF", 0, &cp), 1u);  // overlong
+  EXPECT_EQ(unicode::decode_utf8("\xED\xA0\x80", 0, &cp), 1u);  // surrogate
+  std::string out;
+  unicode::append_utf8(0x1F999, &out);
+  unicode::append_utf8(0xE9, &out);
+  EXPECT_EQ(out, "\xF0\x9F\xA6\x99\xC3\xA9");
+  EXPECT_EQ(unicode::incomplete_utf8_tail("ab\xF0\x9F"), 2u);
+  EXPECT_EQ(unicode::incomplete_utf8_tail("ab\xF0\x9F\xA6\x99"), 0u);
+  EXPECT_EQ(unicode::incomplete_utf8_tail("\x9F"), 0u);
+}
+
+std::vector<std::string> pieces(unicode::PreTokenizer kind, std::string_view text) {
+  std::vector<std::string> out;
+  for (std::string_view piece : unicode::pre_tokenize(kind, text)) out.emplace_back(piece);
+  return out;
+}
+
+TEST(TokenizerUnicode, PreTokenizerSplits) {
+  using unicode::PreTokenizer;
+  using V = std::vector<std::string>;
+  EXPECT_EQ(pieces(PreTokenizer::kGpt2, "Hello, y'all!  How  are 123"),
+            (V{"Hello", ",", " y", "'", "all", "!", " ", " How", " ", " are", " 123"}));
+  EXPECT_EQ(pieces(PreTokenizer::kLlama3, "I'VE 12345 \n\n  x"),
+            (V{"I", "'VE", " ", "123", "45", " \n\n", " ", " x"}));
+  EXPECT_EQ(pieces(PreTokenizer::kQwen2, "a123"), (V{"a", "1", "2", "3"}));
+  EXPECT_EQ(pieces(PreTokenizer::kStarcoder, "x 42"), (V{"x", " ", "4", "2"}));
+  EXPECT_EQ(pieces(PreTokenizer::kFalcon, "a 12345"), (V{"a", " ", "123", "45"}));
+  EXPECT_EQ(pieces(PreTokenizer::kDeepseekCoder, "ab\ncd 12"), (V{"ab", "\n", "cd", " ", "1", "2"}));
+  EXPECT_EQ(pieces(PreTokenizer::kDeepseekLlm, "Hi there  "), (V{"Hi", " there", "  "}));
+  EXPECT_EQ(pieces(PreTokenizer::kDefault, "a+=12345!"), (V{"a", "+=", "123", "45", "!"}));
+  EXPECT_TRUE(unicode::pre_tokenize(PreTokenizer::kGpt2, "").empty());
+}
+
+}  // namespace
+}  // namespace sipllm
