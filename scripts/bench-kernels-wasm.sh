@@ -11,7 +11,7 @@ out=${SIPLLM_WASM_BENCH_DIR:-build/kernels-wasm}
 mkdir -p "$out"
 # Debian's Emscripten runs its JS optimiser with Node, which needs its modules.
 export NODE_PATH="${NODE_PATH:-/usr/share/nodejs}"
-em++ -std=c++17 -O3 -msimd128 -pthread -ffp-contract=off -Wall \
+em++ -std=c++20 -O3 -msimd128 -pthread -ffp-contract=off -Wall \
   -Iengine/src -Iengine/include \
   engine/src/kernels/*.cpp engine/src/runtime/thread_pool.cpp engine/src/model/tensor_type.cpp \
   engine/src/runtime/kv_cache.cpp engine/src/error.cpp \

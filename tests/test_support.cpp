@@ -24,11 +24,11 @@ GgufWriter random_llama_writer(const std::string& shape, TensorType type, uint64
   auto vocab_source = open_file_source(model_path("stories260K.gguf"));
   const GgufFile vocab = GgufFile::parse(*vocab_source);
   GeneratorOptions options;
-  options.shape = named_model_shape(shape);
+  options.shape = shape_preset(shape);
   options.type = type;
   options.seed = seed;
   GgufWriter writer;
-  build_random_llama(vocab, options, writer);
+  build_random_model(vocab, options, writer);
   return writer;
 }
 

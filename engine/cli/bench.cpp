@@ -43,7 +43,7 @@ std::vector<int32_t> bench_prompt(const Engine& engine, int n) {
   uint64_t state = 42;
   while (static_cast<int>(tokens.size()) < n) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
-    tokens.push_back(static_cast<int32_t>(3 + (state >> 33) % static_cast<uint64_t>(m.n_vocab - 3)));
+    tokens.push_back(static_cast<int32_t>(3 + (state >> 33) % static_cast<uint64_t>(m.n_vocab() - 3)));
   }
   return tokens;
 }
@@ -176,8 +176,9 @@ int run_bench(const CommonOptions& common, const BenchOptions& bench) {
     for (const auto& [type, count] : m.tensors_by_type) {
       types += (types.empty() ? "" : ", ") + type + " x" + std::to_string(count);
     }
-    std::printf("model     %s: %d blocks, dim %d, %s; %.1f MB of weights\n", common.model.c_str(),
-                m.n_layers, m.dim, types.c_str(), mb(m.weight_bytes));
+    std::printf("model     %s: %s, %d blocks, dim %d, %s; %.1f MB of weights\n", common.model.c_str(),
+                m.architecture.c_str(), m.n_layers(), static_cast<int>(m.hyperparameter("dim")), types.c_str(),
+                mb(m.weight_bytes));
     std::printf("loader    %s, %d buffers, %d load threads, budget %s, %s prefill (chunk %d), %d threads\n",
                 common.backend == Backend::kMmap ? "mmap + ring"
                 : l.mode == LoaderMode::kSync    ? "sync (pread, one buffer)"

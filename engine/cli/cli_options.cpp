@@ -32,6 +32,7 @@ const char* const kUsage =
     "engine:\n"
     "  --threads N         compute threads (default: all cores)\n"
     "  --ctx N             context length (default: the model's)\n"
+    "  --kv-cache TYPE     f16 (default, as llama.cpp) or f32: how keys and values are kept\n"
     "  --backend B         sync | ring | mmap (default ring: pread + prefetch ring)\n"
     "  --no-async          same as --backend sync\n"
     "  --mmap              same as --backend mmap\n"
@@ -150,6 +151,15 @@ ParsedArgs parse_args(const std::string& command, const std::vector<std::string>
       e.threads = static_cast<int>(parse_int(flag, r.value(flag), 1, 1024));
     } else if (flag == "--ctx" || flag == "-c") {
       e.context_length = static_cast<int>(parse_int(flag, r.value(flag), 1, 1 << 24));
+    } else if (flag == "--kv-cache") {
+      const std::string t = r.value(flag);
+      if (t == "f16") {
+        e.kv_cache_type = KvCacheType::kF16;
+      } else if (t == "f32") {
+        e.kv_cache_type = KvCacheType::kF32;
+      } else {
+        throw UsageError("--kv-cache takes f16 or f32, not '" + t + "'");
+      }
     } else if (flag == "--backend") {
       const std::string b = r.value(flag);
       if (b == "sync") {

@@ -27,13 +27,7 @@ int run_info(const CommonOptions& common) {
               static_cast<unsigned long long>(m.file_bytes), m.gguf_version);
   std::printf("architecture  %s%s%s\n", m.architecture.c_str(), m.name.empty() ? "" : "  name: ",
               m.name.c_str());
-  std::printf("blocks        %d\n", m.n_layers);
-  std::printf("dim           %d (hidden %d)\n", m.dim, m.hidden_dim);
-  std::printf("heads         %d (kv heads %d, head dim %d)\n", m.n_heads, m.n_kv_heads, m.head_dim);
-  std::printf("vocab         %d\n", m.n_vocab);
-  std::printf("context       %d\n", m.context_length);
-  std::printf("rope          %d dims, freq base %g\n", m.rope_dims, static_cast<double>(m.rope_freq_base));
-  std::printf("rms eps       %g\n", static_cast<double>(m.rms_eps));
+  for (const Hyperparameter& h : m.hyperparameters) std::printf("%-22s %g\n", h.name.c_str(), h.value);
   std::printf("output head   %s\n", m.tied_output ? "tied to token_embd" : "output.weight");
   std::printf("weights       %llu bytes\n", static_cast<unsigned long long>(m.weight_bytes));
   std::printf("tensors      ");
@@ -69,7 +63,7 @@ int run_generate(const CommonOptions& common, const RunOptions& run) {
       engine->tokenize(run.prompt, run.generate.add_special, run.generate.parse_special);
   if (!run.logits_out.empty()) {
     const std::vector<float> logits = engine->evaluate(prompt, /*all_positions=*/true);
-    write_logits(run.logits_out, logits, static_cast<int>(prompt.size()), engine->info().n_vocab);
+    write_logits(run.logits_out, logits, static_cast<int>(prompt.size()), engine->info().n_vocab());
   }
   std::fputs(run.prompt.c_str(), stdout);
   std::fflush(stdout);

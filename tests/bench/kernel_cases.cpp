@@ -6,6 +6,7 @@
 #include "kernels/activation_quant.h"
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
+#include "kernels/rope.h"
 #include "runtime/thread_pool.h"
 
 namespace sipllm::bench {
@@ -112,8 +113,7 @@ VectorFixture::VectorFixture(const VectorCase& c) : case_(c) {
     cache_->reserve(256);
     const std::vector<float> kv = random_floats(2 * 256 * 3 * 64, 1.0f, 5);
     for (int t = 0; t < 256; ++t) {
-      std::copy_n(&kv[static_cast<size_t>(t) * 192], 192, cache_->key(0, t));
-      std::copy_n(&kv[static_cast<size_t>(256 + t) * 192], 192, cache_->value(0, t));
+      cache_->store(0, t, &kv[static_cast<size_t>(t) * 192], &kv[static_cast<size_t>(256 + t) * 192]);
     }
   }
 }
@@ -123,7 +123,9 @@ void VectorFixture::run(ThreadPool& pool) {
   if (n == "rmsnorm 576") {
     rmsnorm(c_.data(), a_.data(), b_.data(), 576, 1e-5f);
   } else if (n == "rope 9x64") {
-    rope_rotate(a_.data(), 9, 64, 64, b_.data());
+    RopeParams rope;
+    rope.dims = 64;
+    rope_rotate(a_.data(), 9, 64, rope, b_.data());
   } else if (n == "swiglu 1536") {
     std::copy_n(a_.data(), 1536, c_.data());
     swiglu(c_.data(), b_.data(), 1536);
@@ -134,7 +136,7 @@ void VectorFixture::run(ThreadPool& pool) {
     quantize_activations(a_.data(), 1, 4864,
                          n == "quantize q8_0 4864" ? ActivationFormat::kQ8_0 : ActivationFormat::kQ8_K, &quantized_);
   } else {
-    const AttentionShape shape{9, 3, 64};
+    const AttentionShape shape{.n_heads = 9, .n_kv_heads = 3, .head_dim = 64, .scale = 0.125f};
     attention(a_.data(), 1, 255, *cache_, 0, shape, c_.data(), pool, scratch_);
   }
 }

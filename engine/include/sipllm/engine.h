@@ -1,4 +1,5 @@
-// SipLLM: a llama-architecture GGUF inference engine that streams its weights.
+// SipLLM: a GGUF inference engine (Llama, Qwen 2/3, Gemma 2/3, Phi-3, SmolLM3
+// families) that streams its weights.
 //
 //   auto engine = sipllm::Engine::open(sipllm::open_file_source("model.gguf"));
 //   sipllm::GenerateOptions options;
@@ -49,8 +50,13 @@ struct LoaderOptions {
   size_t read_chunk_bytes = 4u << 20;
 };
 
+// How the KV cache stores keys and values. F16 is llama.cpp's default and
+// takes half the memory; F32 keeps them exactly as computed.
+enum class KvCacheType { kF16, kF32 };
+
 struct EngineOptions {
   int threads = 0;  // compute threads; 0 means one per core
+  KvCacheType kv_cache_type = KvCacheType::kF16;
   LoaderOptions loader;
   // Prompt positions swept through each block per load; bounds activation
   // scratch. Each chunk streams each block once.
@@ -58,7 +64,9 @@ struct EngineOptions {
   // false: run the prompt one token at a time (streams the model per token);
   // only for comparison in benchmarks.
   bool layer_major_prefill = true;
-  int context_length = 0;  // 0: the model's own
+  // 0: the model's own. It also picks Phi-3's long or short rope factors, as
+  // llama.cpp picks them by its context size.
+  int context_length = 0;
 };
 
 struct SamplingOptions {
@@ -146,12 +154,27 @@ struct GenerationStats {
   LoaderStats loader;  // this request's loader counters
 };
 
+struct Hyperparameter {
+  std::string name;  // snake_case: "n_layers", "sliding_window"
+  double value = 0;
+};
+
 struct ModelInfo {
-  std::string architecture;
+  std::string architecture;  // general.architecture: "llama", "qwen3", ...
   std::string name;
-  int n_layers = 0, dim = 0, hidden_dim = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  int n_vocab = 0, context_length = 0, rope_dims = 0;
-  float rms_eps = 0, rope_freq_base = 0;
+  // The hyper-parameters that apply to this model, in a fixed order:
+  // n_layers, dim, hidden_dim, n_heads, n_kv_heads, head_dim, n_vocab,
+  // context_length (the engine's), trained_context_length, rms_eps,
+  // rope_dims, rope_freq_base; then, where the model has them,
+  // rope_freq_scale, rope_attn_factor, sliding_window, local_rope_freq_base,
+  // attn_softcap, final_softcap.
+  std::vector<Hyperparameter> hyperparameters;
+  // One by name; `fallback` when the model has none of that name.
+  double hyperparameter(std::string_view name, double fallback = 0) const;
+  int n_layers() const { return static_cast<int>(hyperparameter("n_layers")); }
+  int n_vocab() const { return static_cast<int>(hyperparameter("n_vocab")); }
+  int context_length() const { return static_cast<int>(hyperparameter("context_length")); }
+
   uint32_t gguf_version = 0;
   uint64_t file_bytes = 0;
   uint64_t weight_bytes = 0;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/simd.h"
+#include "model/half.h"
 #include "runtime/thread_pool.h"
 
 namespace sipllm {
@@ -10,6 +11,12 @@ namespace {
 
 // Rows of at least this many elements in total are quantized in parallel.
 constexpr size_t kParallelElements = 1 << 15;
+
+// The scale a block keeps: ggml's block_q8_0 stores it as a half float (the
+// values were rounded with the exact one), block_q8_K as a float.
+float stored_scale(ActivationFormat format, float scale) {
+  return format == ActivationFormat::kQ8_0 ? fp16_to_float(float_to_fp16(scale)) : scale;
+}
 
 }  // namespace
 
@@ -32,7 +39,7 @@ void quantize_activation_row(const float* x, int cols, ActivationFormat format, 
       amax = wasm_f32x4_pmax(amax, wasm_f32x4_abs(simd::load(xb + i)));
     }
     const float scale = simd::max_f32(amax) / 127.0f;
-    d[b] = scale;
+    d[b] = stored_scale(format, scale);
     const v128_t inverse = wasm_f32x4_splat(scale != 0.0f ? 1.0f / scale : 0.0f);
     int16_t* qb = q + static_cast<size_t>(b) * block;
     for (int run = 0; run < block; run += 32) {
@@ -61,7 +68,7 @@ void quantize_activation_row_reference(const float* x, int cols, ActivationForma
       amax = amax < a ? a : amax;
     }
     const float scale = amax / 127.0f;
-    d[b] = scale;
+    d[b] = stored_scale(format, scale);
     const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
     for (int i = 0; i < block; ++i) {
       q[b * block + i] = static_cast<int16_t>(std::nearbyint(xb[i] * inverse));

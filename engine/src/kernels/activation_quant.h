@@ -2,10 +2,12 @@
 // products with quantized weights, as ggml does: blocks of 32 (Q8_0) for the
 // 32-element weight formats, blocks of 256 (Q8_K) for the K-quants.
 //
-// Unlike ggml's in-file layouts, the scale stays a float, the values are kept
-// widened to int16 (a dot product then needs no unpacking of the side that
-// is reused for every weight row), and every run of 32 values carries its
-// integer sum (what weight formats with a minimum, or an offset, need).
+// The scale is a float, holding the value ggml's layouts store (Q8_0 rounds
+// it to a half float, after the values were rounded with the exact one, so
+// the products equal ggml's); the values are kept widened to int16 (a dot
+// product then needs no unpacking of the side that is reused for every
+// weight row), and every run of 32 values carries its integer sum (what
+// weight formats with a minimum, or an offset, need).
 //
 // Each position is quantized on its own, by a function of its values alone:
 // the same row quantizes the same way whatever else is in the batch.
@@ -21,7 +23,7 @@ class ThreadPool;
 
 enum class ActivationFormat {
   kF32,   // plain floats
-  kQ8_0,  // d = max|x| / 127 per 32 values, q = round_even(x / d)
+  kQ8_0,  // d = max|x| / 127 per 32 values, q = round_even(x / d), d kept as fp16
   kQ8_K,  // the same per 256 values
 };
 

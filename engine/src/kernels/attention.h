@@ -1,7 +1,13 @@
 // Causal multi-head attention (with grouped KV heads) over the paged KV
 // cache: for query position `pos` and head h,
-//   out_h = sum over t <= pos of softmax_t(q_h . k_t / sqrt(head_dim)) v_t
-// where k_t and v_t are the cache's rows of h's KV head.
+//   out_h = sum over t in the window of softmax_t(cap(scale * q_h . k_t)) v_t
+// where k_t and v_t are the cache's rows of h's KV head, the window is
+// t <= pos (and t > pos - window for a sliding-window layer), and cap is the
+// identity or Gemma 2's soft-cap, c * tanh(x / c).
+//
+// With an F16 cache the query is rounded to F16 too, as ggml does for an F16
+// key (the products are then exact in float); scores and the weighted sum of
+// values are float.
 //
 // Each (position, head) is computed on its own with a fixed order of
 // operations, so the result does not depend on the batch or thread count.
@@ -19,6 +25,12 @@ struct AttentionShape {
   int n_heads = 0;
   int n_kv_heads = 0;
   int head_dim = 0;
+  float scale = 0;    // of q . k; usually 1 / sqrt(head_dim)
+  float softcap = 0;  // 0: none
+  int window = 0;     // positions seen, the query's own included; 0: all before it
+
+  // The first position `pos` attends to.
+  int first_position(int pos) const { return window > 0 && pos >= window ? pos - window + 1 : 0; }
 };
 
 // One head of one position. `scores` has room for pos + 1 floats.

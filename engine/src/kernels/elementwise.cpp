@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/simd.h"
+#include "model/half.h"
 
 namespace sipllm {
 
@@ -28,62 +29,6 @@ void rmsnorm_reference(float* out, const float* x, const float* weight, int n, f
   for (int i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
   const double scale = 1.0 / std::sqrt(ss / n + eps);
   for (int i = 0; i < n; ++i) out[i] = static_cast<float>(x[i] * scale * weight[i]);
-}
-
-void rope_angles(int pos, int rope_dims, float freq_base, float* table) {
-  for (int i = 0; i < rope_dims / 2; ++i) {
-    const double freq = std::pow(static_cast<double>(freq_base), -2.0 * i / rope_dims);
-    const double angle = pos * freq;
-    const auto c = static_cast<float>(std::cos(angle));
-    const auto s = static_cast<float>(std::sin(angle));
-    table[4 * i] = c;
-    table[4 * i + 1] = c;
-    table[4 * i + 2] = -s;
-    table[4 * i + 3] = s;
-  }
-}
-
-void rope_rotate(float* vec, int n_heads, int head_dim, int rope_dims, const float* table) {
-  // Two pairs per vector: [a0 b0 a1 b1] * [c0 c0 c1 c1] + [b0 a0 b1 a1] * [-s0 s0 -s1 s1].
-  const int pairs = rope_dims / 2;
-  const int pairs2 = pairs & ~1;
-  for (int h = 0; h < n_heads; ++h) {
-    float* v = vec + static_cast<size_t>(h) * static_cast<size_t>(head_dim);
-    for (int i = 0; i < pairs2; i += 2) {
-      const v128_t t0 = simd::load(table + 4 * i), t1 = simd::load(table + 4 * i + 4);
-      const v128_t c = wasm_i32x4_shuffle(t0, t1, 0, 1, 4, 5);
-      const v128_t s = wasm_i32x4_shuffle(t0, t1, 2, 3, 6, 7);
-      const v128_t x = simd::load(v + 2 * i);
-      const v128_t swapped = wasm_i32x4_shuffle(x, x, 1, 0, 3, 2);
-      simd::store(v + 2 * i, wasm_f32x4_add(wasm_f32x4_mul(x, c), wasm_f32x4_mul(swapped, s)));
-    }
-    for (int i = pairs2; i < pairs; ++i) {
-      const float* t = table + 4 * i;
-      const float v0 = v[2 * i], v1 = v[2 * i + 1];
-      v[2 * i] = v0 * t[0] + v1 * t[2];
-      v[2 * i + 1] = v1 * t[1] + v0 * t[3];
-    }
-  }
-}
-
-void rope_reference(float* vec, int n_heads, int head_dim, int rope_dims, int pos, float freq_base) {
-  for (int i = 0; i < rope_dims / 2; ++i) {
-    const double freq = std::pow(static_cast<double>(freq_base), -2.0 * i / rope_dims);
-    const double angle = pos * freq;
-    const auto c = static_cast<float>(std::cos(angle));
-    const auto s = static_cast<float>(std::sin(angle));
-    // v0 c - v1 s written as v0 c + v1 (-s): a subtraction next to an
-    // addition is what GCC 12 fuses into vfmaddsub even with
-    // -ffp-contract=off, and the reference must not be fused.
-    const float minus_s = -s;
-    for (int h = 0; h < n_heads; ++h) {
-      float* v = vec + static_cast<size_t>(h) * head_dim + 2 * i;
-      const float v0 = v[0];
-      const float v1 = v[1];
-      v[0] = v0 * c + v1 * minus_s;
-      v[1] = v1 * c + v0 * s;
-    }
-  }
 }
 
 namespace {
@@ -150,8 +95,71 @@ void swiglu_reference(float* gate, const float* up, int n) {
   }
 }
 
+namespace {
+
+// tanh(y) = 1 - 2 / (1 + exp(2y)): exact at both ends (exp overflowing to
+// infinity gives 1, underflowing to 0 gives -1).
+v128_t tanh_f32x4(v128_t y) {
+  const v128_t one = wasm_f32x4_splat(1.0f);
+  const v128_t e = simd::exp_f32x4(wasm_f32x4_add(y, y));
+  return wasm_f32x4_sub(one, wasm_f32x4_div(wasm_f32x4_splat(2.0f), wasm_f32x4_add(one, e)));
+}
+
+constexpr float kGeluCoefficient = 0.044715f;
+constexpr float kGeluSaturation = 10.0f;
+constexpr double kSqrtTwoOverPi = 0.79788456080286535588;
+
+}  // namespace
+
+void gelu_tanh_glu(float* gate, const float* up, int n) {
+  // 0.5 x (1 + tanh(y)) = x / (1 + exp(-2y)): no cancellation where tanh
+  // nears -1.
+  const v128_t one = wasm_f32x4_splat(1.0f);
+  const v128_t c = wasm_f32x4_splat(kGeluCoefficient);
+  const v128_t minus_2s = wasm_f32x4_splat(static_cast<float>(-2 * kSqrtTwoOverPi));
+  const v128_t low = wasm_f32x4_splat(-kGeluSaturation), high = wasm_f32x4_splat(kGeluSaturation);
+  map4(gate, up, n, [&](v128_t g, v128_t u) {
+    const v128_t x = simd::round_to_f16(g);
+    const v128_t cube = wasm_f32x4_mul(wasm_f32x4_mul(x, x), x);
+    const v128_t e = simd::exp_f32x4(wasm_f32x4_mul(minus_2s, wasm_f32x4_add(x, wasm_f32x4_mul(c, cube))));
+    v128_t gelu = simd::round_to_f16(wasm_f32x4_div(x, wasm_f32x4_add(one, e)));
+    gelu = wasm_v128_bitselect(wasm_f32x4_splat(0.0f), gelu, wasm_f32x4_le(g, low));
+    gelu = wasm_v128_bitselect(g, gelu, wasm_f32x4_ge(g, high));
+    return wasm_f32x4_mul(gelu, u);
+  });
+}
+
+void gelu_tanh_glu_reference(float* gate, const float* up, int n) {
+  const auto round_f16 = [](double v) { return fp16_to_float(float_to_fp16(static_cast<float>(v))); };
+  for (int i = 0; i < n; ++i) {
+    const float g = gate[i];
+    double gelu = g;
+    if (g <= -kGeluSaturation) {
+      gelu = 0;
+    } else if (g < kGeluSaturation) {
+      const double x = round_f16(g);
+      gelu = round_f16(0.5 * x * (1.0 + std::tanh(kSqrtTwoOverPi * (x + kGeluCoefficient * x * x * x))));
+    }
+    gate[i] = static_cast<float>(gelu * up[i]);
+  }
+}
+
+void softcap(float* x, int n, float cap) {
+  const v128_t cap4 = wasm_f32x4_splat(cap);
+  const v128_t inverse = wasm_f32x4_splat(1.0f / cap);
+  map4(x, nullptr, n, [&](v128_t v, v128_t) { return wasm_f32x4_mul(cap4, tanh_f32x4(wasm_f32x4_mul(v, inverse))); });
+}
+
+void softcap_reference(float* x, int n, float cap) {
+  for (int i = 0; i < n; ++i) x[i] = static_cast<float>(cap * std::tanh(static_cast<double>(x[i]) / cap));
+}
+
 void add_in_place(float* x, const float* y, int n) {
   for (int i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void scale_in_place(float* x, int n, float s) {
+  for (int i = 0; i < n; ++i) x[i] *= s;
 }
 
 }  // namespace sipllm

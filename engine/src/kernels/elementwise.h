@@ -9,18 +9,6 @@ namespace sipllm {
 void rmsnorm(float* out, const float* x, const float* weight, int n, float eps);
 void rmsnorm_reference(float* out, const float* x, const float* weight, int n, float eps);
 
-// ggml's "normal" rope, which llama GGUF files are converted for: rotates the
-// adjacent pairs (2i, 2i+1) of the first rope_dims elements of each head by
-// the angle pos * freq_base^(-2i/rope_dims).
-//
-// rope_angles() writes the table of a position (2 * rope_dims floats: for
-// pair i, cos, cos, -sin, sin), computed in double; one table serves every
-// head and layer of the position. rope_rotate() applies it; it equals
-// rope_reference() bit for bit.
-void rope_angles(int pos, int rope_dims, float freq_base, float* table);
-void rope_rotate(float* vec, int n_heads, int head_dim, int rope_dims, const float* table);
-void rope_reference(float* vec, int n_heads, int head_dim, int rope_dims, int pos, float freq_base);
-
 // In place softmax over x[0..n).
 void softmax(float* x, int n);
 void softmax_reference(float* x, int n);
@@ -29,7 +17,21 @@ void softmax_reference(float* x, int n);
 void swiglu(float* gate, const float* up, int n);
 void swiglu_reference(float* gate, const float* up, int n);
 
+// gate[i] = gelu(gate[i]) * up[i], with GELU's tanh form
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (Gemma), as ggml computes
+// it on a CPU (its table of half floats): x rounded to a half float, GELU of
+// it rounded to a half float; 0 below -10 and x above 10.
+void gelu_tanh_glu(float* gate, const float* up, int n);
+void gelu_tanh_glu_reference(float* gate, const float* up, int n);
+
+// x[i] = cap * tanh(x[i] / cap) (Gemma 2's soft-capping of logits).
+void softcap(float* x, int n, float cap);
+void softcap_reference(float* x, int n, float cap);
+
 // x[i] += y[i]
 void add_in_place(float* x, const float* y, int n);
+
+// x[i] *= s
+void scale_in_place(float* x, int n, float s);
 
 }  // namespace sipllm

@@ -16,6 +16,7 @@
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/matmul.h"
+#include "kernels/rope.h"
 #include "kernels/simd.h"
 #include "runtime/kv_cache.h"
 #include "sipllm/error.h"
@@ -107,9 +108,20 @@ TEST(KernelsActivationQuant, SimdEqualsReferenceAndStaysWithinHalfAStep) {
       EXPECT_TRUE(same_bits(d, d_ref));
       EXPECT_EQ(sums, sums_ref);
       for (size_t i = 0; i < x.size(); ++i) {
-        const float step = d[i / static_cast<size_t>(block)];
+        // Values round with the exact step, max|x| / 127; Q8_0 then keeps it
+        // as a half float (as ggml's block_q8_0 does), which moves every
+        // product of the block by at most 127 times that rounding.
+        const size_t b = i / static_cast<size_t>(block);
+        float amax = 0;
+        for (size_t j = b * static_cast<size_t>(block); j < (b + 1) * static_cast<size_t>(block); ++j) {
+          amax = std::max(amax, std::fabs(x[j]));
+        }
+        const float exact = amax / 127.0f;
+        const float stored = d[b];
         ASSERT_LE(std::abs(q[i]), 127);
-        ASSERT_LE(std::fabs(x[i] - step * q[i]), step * 0.5f * (1 + 1e-5f) + 1e-37f) << i;
+        ASSERT_LE(std::fabs(x[i] - stored * q[i]),
+                  exact * 0.5f * (1 + 1e-5f) + 127 * std::fabs(exact - stored) + 1e-37f) << i;
+        if (c.format == ActivationFormat::kQ8_K) ASSERT_EQ(stored, exact);
       }
       if (c.cols >= 64) {
         int32_t s = 0;
@@ -427,19 +439,53 @@ TEST(KernelsElementwise, RopeEqualsReferenceExactly) {
   struct Shape {
     int heads, head_dim, rope_dims;
   };
-  for (const Shape s : {Shape{9, 64, 64}, Shape{2, 8, 8}, Shape{3, 10, 10}, Shape{4, 64, 32}, Shape{1, 6, 6}}) {
-    for (int pos : {0, 1, 17, 4000}) {
-      for (float base : {10000.0f, 1000000.0f}) {
-        std::vector<float> v = random_floats(rng, static_cast<size_t>(s.heads) * s.head_dim);
-        std::vector<float> ref = v;
-        std::vector<float> table(2 * static_cast<size_t>(s.rope_dims));
-        rope_angles(pos, s.rope_dims, base, table.data());
-        rope_rotate(v.data(), s.heads, s.head_dim, s.rope_dims, table.data());
-        rope_reference(ref.data(), s.heads, s.head_dim, s.rope_dims, pos, base);
-        ASSERT_TRUE(same_bits(v, ref)) << "head_dim " << s.head_dim << ", pos " << pos;
+  const std::vector<float> factors = random_floats(rng, 32, 0.5f);
+  std::vector<float> divisors;
+  for (float f : factors) divisors.push_back(1.5f + f);  // in [1, 2)
+  for (const RopeStyle style : {RopeStyle::kNormal, RopeStyle::kNeox}) {
+    for (const Shape s : {Shape{9, 64, 64}, Shape{2, 8, 8}, Shape{3, 10, 10}, Shape{4, 64, 32}, Shape{1, 6, 6},
+                          Shape{2, 20, 12}}) {
+      for (int pos : {0, 1, 17, 4000}) {
+        for (float base : {10000.0f, 1000000.0f}) {
+          for (int variant = 0; variant < 2; ++variant) {
+            RopeParams p;
+            p.dims = s.rope_dims;
+            p.style = style;
+            p.freq_base = base;
+            if (variant == 1) {  // every optional term at once
+              p.freq_scale = 0.25f;
+              p.attn_factor = 1.1902f;
+              p.factors = divisors.data();
+            }
+            std::vector<float> v = random_floats(rng, static_cast<size_t>(s.heads) * s.head_dim);
+            std::vector<float> ref = v;
+            std::vector<float> table(2 * static_cast<size_t>(s.rope_dims));
+            rope_table(pos, p, table.data());
+            rope_rotate(v.data(), s.heads, s.head_dim, p, table.data());
+            rope_reference(ref.data(), s.heads, s.head_dim, pos, p);
+            ASSERT_TRUE(same_bits(v, ref)) << "head_dim " << s.head_dim << ", pos " << pos << ", variant " << variant;
+          }
+        }
       }
     }
   }
+}
+
+TEST(KernelsElementwise, RopeStylesPairDifferentElements) {
+  // Position 1, one pair turning by a known angle: which elements move tells
+  // the styles apart.
+  RopeParams p;
+  p.dims = 4;
+  std::vector<float> normal = {1, 0, 0, 0}, neox = {1, 0, 0, 0};
+  rope_reference(normal.data(), 1, 4, 1, p);
+  p.style = RopeStyle::kNeox;
+  rope_reference(neox.data(), 1, 4, 1, p);
+  EXPECT_FLOAT_EQ(normal[0], std::cos(1.0f));
+  EXPECT_FLOAT_EQ(normal[1], std::sin(1.0f));  // its partner is the next element
+  EXPECT_EQ(normal[2], 0.0f);
+  EXPECT_FLOAT_EQ(neox[0], std::cos(1.0f));
+  EXPECT_EQ(neox[1], 0.0f);
+  EXPECT_FLOAT_EQ(neox[2], std::sin(1.0f));  // its partner is half the rotary width away
 }
 
 TEST(KernelsElementwise, SoftmaxMatchesReference) {
@@ -470,6 +516,78 @@ TEST(KernelsElementwise, SwigluMatchesReference) {
   }
 }
 
+TEST(KernelsElementwise, GeluTanhGluMatchesReference) {
+  std::mt19937 rng(43);
+  for (int n : kSizes) {
+    std::vector<float> gate = random_floats(rng, static_cast<size_t>(n), 4.0f);
+    const std::vector<float> up = random_floats(rng, static_cast<size_t>(n));
+    if (n > 2) gate[1] = -100.0f;  // tanh saturates
+    if (n > 3) gate[2] = 100.0f;
+    std::vector<float> ref = gate;
+    gelu_tanh_glu(gate.data(), up.data(), n);
+    gelu_tanh_glu_reference(ref.data(), up.data(), n);
+    for (int i = 0; i < n; ++i) {
+      // Both round GELU to a half float; they may land one half-float step apart.
+      ASSERT_NEAR(gate[static_cast<size_t>(i)], ref[static_cast<size_t>(i)], std::fabs(ref[static_cast<size_t>(i)]) * 1e-3 + 1e-7) << n;
+    }
+  }
+  // GELU itself at known points: 0, and x -> x for large x.
+  std::vector<float> x = {0.0f, 1.0f, 20.0f}, ones = {1, 1, 1};
+  gelu_tanh_glu_reference(x.data(), ones.data(), 3);
+  EXPECT_EQ(x[0], 0.0f);
+  EXPECT_NEAR(x[1], 0.841192f, 5e-4);
+  EXPECT_FLOAT_EQ(x[2], 20.0f);
+}
+
+TEST(KernelsElementwise, SoftcapMatchesReferenceAndBoundsValues) {
+  std::mt19937 rng(47);
+  for (int n : kSizes) {
+    std::vector<float> x = random_floats(rng, static_cast<size_t>(n), 40.0f);
+    std::vector<float> ref = x;
+    softcap(x.data(), n, 5.0f);
+    softcap_reference(ref.data(), n, 5.0f);
+    for (int i = 0; i < n; ++i) {
+      ASSERT_NEAR(x[static_cast<size_t>(i)], ref[static_cast<size_t>(i)], 2e-6 * 5) << n;
+      ASSERT_LE(std::fabs(x[static_cast<size_t>(i)]), 5.0f);
+    }
+  }
+}
+
+TEST(KernelsSimd, RoundToF16EqualsTheHalfFloatRoundTrip) {
+  // Every half float, the midpoints between neighbours (ties go to even), and
+  // random floats over the whole range.
+  std::vector<float> values;
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = fp16_to_float(static_cast<uint16_t>(h));
+    values.push_back(f);
+    values.push_back(std::nextafter(f, INFINITY));
+    values.push_back(std::nextafter(f, -INFINITY));
+    if ((h & 0x7c00u) != 0x7c00u && (h & 0x7fffu) != 0x7bffu) {
+      values.push_back((f + fp16_to_float(static_cast<uint16_t>(h + 1))) / 2);
+    }
+  }
+  std::mt19937 rng(59);
+  for (int i = 0; i < 100000; ++i) {
+    uint32_t bits = rng();
+    float f;
+    std::memcpy(&f, &bits, 4);
+    values.push_back(f);
+  }
+  values.resize((values.size() + 3) / 4 * 4, 0.0f);
+  for (size_t i = 0; i < values.size(); i += 4) {
+    alignas(16) float out[4];
+    simd::store(out, simd::round_to_f16(simd::load(&values[i])));
+    for (size_t j = 0; j < 4; ++j) {
+      const float expected = fp16_to_float(float_to_fp16(values[i + j]));
+      if (std::isnan(expected)) {
+        ASSERT_TRUE(std::isnan(out[j])) << values[i + j];
+      } else {
+        ASSERT_EQ(float_to_bits(out[j]), float_to_bits(expected)) << values[i + j];
+      }
+    }
+  }
+}
+
 // ---- Attention ---------------------------------------------------------------------
 
 TEST(KernelsAttention, MatchesReferenceAndIsBatchAndThreadInvariant) {
@@ -477,17 +595,24 @@ TEST(KernelsAttention, MatchesReferenceAndIsBatchAndThreadInvariant) {
   struct Shape {
     int heads, kv_heads, head_dim;
   };
-  for (const Shape s : {Shape{9, 3, 64}, Shape{8, 4, 8}, Shape{2, 1, 6}, Shape{14, 2, 64}}) {
-    const AttentionShape shape{s.heads, s.kv_heads, s.head_dim};
+  struct Variant {
+    float softcap;
+    int window;
+  };
+  for (const KvCacheType type : {KvCacheType::kF16, KvCacheType::kF32})
+  for (const Shape s : {Shape{9, 3, 64}, Shape{8, 4, 8}, Shape{2, 1, 6}, Shape{14, 2, 64}})
+  for (const Variant variant : {Variant{0, 0}, Variant{5.0f, 0}, Variant{0, 8}, Variant{3.0f, 33}}) {
+    const AttentionShape shape{.n_heads = s.heads, .n_kv_heads = s.kv_heads, .head_dim = s.head_dim,
+                               .scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim)),
+                               .softcap = variant.softcap, .window = variant.window};
     const int kv_dim = s.kv_heads * s.head_dim, dim = s.heads * s.head_dim;
     const int n = 70;  // crosses a cache page of 64
-    KvCache cache(2, kv_dim, 256, 64);
+    KvCache cache(2, kv_dim, 256, type, {}, 64);
     cache.reserve(n);
     for (int t = 0; t < n; ++t) {
       const std::vector<float> k = random_floats(rng, static_cast<size_t>(kv_dim), 2.0f);
       const std::vector<float> v = random_floats(rng, static_cast<size_t>(kv_dim));
-      std::copy(k.begin(), k.end(), cache.key(1, t));
-      std::copy(v.begin(), v.end(), cache.value(1, t));
+      cache.store(1, t, k.data(), v.data());
     }
     const std::vector<float> q = random_floats(rng, static_cast<size_t>(n) * dim);
     ThreadPool one(1), three(3);
@@ -509,12 +634,53 @@ TEST(KernelsAttention, MatchesReferenceAndIsBatchAndThreadInvariant) {
         const size_t offset = static_cast<size_t>(i) * dim + static_cast<size_t>(h) * s.head_dim;
         attend_reference(q.data() + offset, i, h, cache, 1, shape, ref.data(), scores.data());
         for (int d = 0; d < s.head_dim; ++d) {
-          ASSERT_NEAR(batch[offset + static_cast<size_t>(d)], ref[static_cast<size_t>(d)], 2e-5)
-              << "position " << i << ", head " << h << ", element " << d;
+          // An F16 cache sums the values in half floats, as ggml does.
+          ASSERT_NEAR(batch[offset + static_cast<size_t>(d)], ref[static_cast<size_t>(d)],
+                      type == KvCacheType::kF16 ? 1e-2 : 2e-5)
+              << "position " << i << ", head " << h << ", element " << d << ", window " << variant.window;
         }
       }
     }
   }
+}
+
+TEST(KernelsAttention, SlidingWindowSeesOnlyTheWindowAndARingCacheSuffices) {
+  // Keys that differ only outside the window must not change the result, and
+  // a cache keeping just window + chunk - 1 positions gives the same bits as
+  // one keeping all of them.
+  std::mt19937 rng(53);
+  const int heads = 4, kv_heads = 2, head_dim = 16, kv_dim = kv_heads * head_dim, dim = heads * head_dim;
+  const int window = 8, chunk = 5, n = 40;
+  const AttentionShape shape{.n_heads = heads, .n_kv_heads = kv_heads, .head_dim = head_dim, .scale = 0.25f,
+                             .window = window};
+  KvCache full(1, kv_dim, 256, KvCacheType::kF16, {}, 4);
+  KvCache ring(1, kv_dim, 256, KvCacheType::kF16, {window + chunk - 1}, 4);
+  KvCache other(1, kv_dim, 256, KvCacheType::kF16, {}, 4);
+  const std::vector<float> q = random_floats(rng, static_cast<size_t>(n) * dim);
+  ThreadPool pool(2);
+  std::vector<float> scratch, out_full(q.size()), out_ring(q.size()), out_other(q.size());
+  for (int first = 0; first < n; first += chunk) {
+    for (KvCache* c : {&full, &ring, &other}) c->reserve(first + chunk);
+    for (int t = first; t < first + chunk; ++t) {
+      const std::vector<float> k = random_floats(rng, static_cast<size_t>(kv_dim), 2.0f);
+      const std::vector<float> v = random_floats(rng, static_cast<size_t>(kv_dim));
+      for (KvCache* c : {&full, &ring, &other}) c->store(0, t, k.data(), v.data());
+    }
+    const size_t offset = static_cast<size_t>(first) * dim;
+    attention(q.data() + offset, chunk, first, full, 0, shape, out_full.data() + offset, pool, scratch);
+    attention(q.data() + offset, chunk, first, ring, 0, shape, out_ring.data() + offset, pool, scratch);
+  }
+  EXPECT_TRUE(same_bits(out_full, out_ring));
+  // Scramble everything older than the last position's window.
+  for (int t = 0; t < n - window; ++t) {
+    const std::vector<float> junk = random_floats(rng, static_cast<size_t>(kv_dim), 50.0f);
+    other.store(0, t, junk.data(), junk.data());
+  }
+  const size_t last = static_cast<size_t>(n - 1) * dim;
+  attention(q.data() + last, 1, n - 1, other, 0, shape, out_other.data() + last, pool, scratch);
+  EXPECT_TRUE(same_bits(std::vector<float>(out_full.begin() + static_cast<long>(last), out_full.end()),
+                        std::vector<float>(out_other.begin() + static_cast<long>(last), out_other.end())));
+  EXPECT_LT(ring.allocated_bytes(), full.allocated_bytes());
 }
 
 }  // namespace

@@ -19,19 +19,11 @@
 
 #include "kernels/activation_quant.h"
 #include "model/tensor_type.h"
+#include "model/unit_weights.h"
 
 namespace sipllm {
 
 class ThreadPool;
-
-// A matrix of `rows` rows of `cols` elements each, in the file's type.
-struct WeightMatrix {
-  TensorType type = TensorType::kF32;
-  int rows = 0;
-  int cols = 0;
-  const uint8_t* data = nullptr;
-  size_t row_bytes = 0;
-};
 
 // What a kernel reads of the activations: the floats, and for integer kernels
 // their quantized form.

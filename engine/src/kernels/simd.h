@@ -17,6 +17,7 @@
 #endif
 
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 
 namespace sipllm::simd {
@@ -174,6 +175,26 @@ inline v128_t fp16x4_to_f32x4(v128_t h) {
 inline void fp16x8_to_f32x4x2(v128_t h, v128_t* lo, v128_t* hi) {
   *lo = fp16x4_to_f32x4(wasm_u32x4_extend_low_u16x8(h));
   *hi = fp16x4_to_f32x4(wasm_u32x4_extend_high_u16x8(h));
+}
+
+// Each lane rounded to the nearest half float (ties to even) and back: what
+// float -> fp16 -> float gives, subnormals, overflow to infinity and NaN
+// included, without the conversions. Equal to half.h's round trip (tested).
+inline v128_t round_to_f16(v128_t x) {
+  const v128_t sign = wasm_v128_and(x, wasm_i32x4_splat(static_cast<int32_t>(0x80000000u)));
+  const v128_t a = wasm_v128_xor(x, sign);
+  // Normal halves keep 10 fraction bits: round the low 13 away, ties to even
+  // (a carry into the exponent is the right result).
+  const v128_t lsb = wasm_v128_and(wasm_u32x4_shr(a, 13), wasm_i32x4_splat(1));
+  const v128_t normal = wasm_v128_and(wasm_i32x4_add(wasm_i32x4_add(a, wasm_i32x4_splat(0xfff)), lsb),
+                                      wasm_i32x4_splat(static_cast<int32_t>(0xffffe000u)));
+  // Below 2^-14 halves are multiples of 2^-24: adding 0.5 (whose ulp is
+  // 2^-24) and taking it away again rounds to them, ties to even.
+  const v128_t tiny = wasm_f32x4_sub(wasm_f32x4_add(a, wasm_f32x4_splat(0.5f)), wasm_f32x4_splat(0.5f));
+  v128_t r = wasm_v128_bitselect(tiny, normal, wasm_f32x4_lt(a, wasm_f32x4_splat(0x1p-14f)));
+  r = wasm_v128_bitselect(wasm_f32x4_splat(INFINITY), r, wasm_f32x4_ge(a, wasm_f32x4_splat(65520.0f)));
+  r = wasm_v128_bitselect(a, r, wasm_f32x4_ne(a, a));  // NaN stays NaN
+  return wasm_v128_or(r, sign);
 }
 
 // ---- Transcendentals -------------------------------------------------------

@@ -22,7 +22,7 @@ namespace {
 
 GeneratorOptions options_for(const std::string& shape, QuantMix mix, TensorType type = TensorType::kQ8_0) {
   GeneratorOptions options;
-  options.shape = named_model_shape(shape);
+  options.shape = shape_preset(shape);
   options.mix = mix;
   options.type = type;
   return options;
@@ -32,7 +32,7 @@ const char* type_name(TensorType t) { return tensor_type_traits(t).name; }
 
 // The types of every matrix of a model, by tensor name.
 std::map<std::string, std::string> mix_of(const GeneratorOptions& options) {
-  const ModelShape& s = options.shape;
+  const ShapePreset& s = options.shape;
   const uint64_t dim = s.dim, hidden = s.hidden_dim;
   std::map<std::string, std::string> types;
   types["token_embd.weight"] = type_name(mixed_tensor_type(options, "token_embd.weight", -1, dim));
@@ -178,7 +178,7 @@ TEST(GeneratorFiles, EveryTypeWritesAFileThatParsesWithTheExpectedTypes) {
     // Opens and runs.
     auto engine = Engine::open(open_file_source(file.path()));
     const std::vector<float> logits = engine->evaluate({1, 300, 301});
-    EXPECT_EQ(logits.size(), static_cast<size_t>(engine->info().n_vocab));
+    EXPECT_EQ(logits.size(), static_cast<size_t>(engine->info().n_vocab()));
   }
 }
 
@@ -211,14 +211,14 @@ TEST(GeneratorFiles, SuccessorBiasNeedsAnUntiedHead) {
   GeneratorOptions options = options_for("tiny", QuantMix::kPlain, TensorType::kF32);
   options.successor_bias = 1;
   GgufWriter writer;
-  EXPECT_THROW(build_random_llama(vocab, options, writer), Error);
+  EXPECT_THROW(build_random_model(vocab, options, writer), Error);
 }
 
 // ---- Q4_K_M against F32 -------------------------------------------------------------
 
 std::unique_ptr<Engine> open_generated(const GgufFile& vocab, GeneratorOptions options) {
   GgufWriter writer;
-  build_random_llama(vocab, options, writer);
+  build_random_model(vocab, options, writer);
   return Engine::open(make_memory_source(writer.to_bytes(), options.shape.name + ".gguf"));
 }
 
@@ -237,7 +237,7 @@ int top1_agreement(const GeneratorOptions& base, int* positions, size_t* distinc
   q4_options.mix = QuantMix::kQ4_K_M;
   auto f32 = open_generated(vocab, f32_options);
   auto q4 = open_generated(vocab, q4_options);
-  const int n_vocab = f32->info().n_vocab;
+  const int n_vocab = f32->info().n_vocab();
   std::vector<int32_t> run = {f32->info().bos};
   while (run.size() < 65) {
     const std::vector<float> logits = f32->evaluate(run);

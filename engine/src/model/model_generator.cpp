@@ -1,5 +1,7 @@
 #include "model/model_generator.h"
 
+#include "model/model_description.h"
+
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -85,12 +87,13 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-std::vector<std::string> model_shape_names() {
-  return {"tiny", "tiny-k", "smollm-135m", "qwen2.5-0.5b", "llama-3.2-1b", "kquant-small"};
+std::vector<std::string> shape_preset_names() {
+  return {"tiny", "tiny-k", "kquant-small", "smollm-135m", "qwen2.5-0.5b", "qwen3-0.6b", "gemma3-1b",
+          "llama-3.2-1b", "llama-3.1-8b"};
 }
 
-ModelShape named_model_shape(const std::string& name) {
-  ModelShape s;
+ShapePreset shape_preset(const std::string& name) {
+  ShapePreset s;
   s.name = name;
   if (name == "tiny") {
     s.dim = 64, s.n_layers = 4, s.n_heads = 4, s.n_kv_heads = 2, s.hidden_dim = 160;
@@ -101,20 +104,31 @@ ModelShape named_model_shape(const std::string& name) {
     // Untied, unlike "tiny": the mixes treat a separate output head
     // differently, and it allows GeneratorOptions::successor_bias.
     s.tied_output = false;
-  } else if (name == "smollm-135m") {
-    s.dim = 576, s.n_layers = 30, s.n_heads = 9, s.n_kv_heads = 3, s.hidden_dim = 1536;
-    s.rope_freq_base = 10000.0f;
-  } else if (name == "qwen2.5-0.5b") {
-    s.dim = 896, s.n_layers = 24, s.n_heads = 14, s.n_kv_heads = 2, s.hidden_dim = 4864;
-    s.rope_freq_base = 1000000.0f, s.rms_eps = 1e-6f;
-  } else if (name == "llama-3.2-1b") {
-    s.dim = 2048, s.n_layers = 16, s.n_heads = 32, s.n_kv_heads = 8, s.hidden_dim = 8192;
-    s.rope_freq_base = 500000.0f;
   } else if (name == "kquant-small") {
     s.dim = 512, s.n_layers = 8, s.n_heads = 8, s.n_kv_heads = 4, s.hidden_dim = 1536;
+  } else if (name == "smollm-135m") {
+    s.dim = 576, s.n_layers = 30, s.n_heads = 9, s.n_kv_heads = 3, s.hidden_dim = 1536;
+  } else if (name == "qwen2.5-0.5b") {
+    s.architecture = "qwen2";
+    s.dim = 896, s.n_layers = 24, s.n_heads = 14, s.n_kv_heads = 2, s.hidden_dim = 4864;
+    s.context_length = 32768, s.rope_freq_base = 1000000.0f, s.rms_eps = 1e-6f;
+  } else if (name == "qwen3-0.6b") {
+    s.architecture = "qwen3";
+    s.dim = 1024, s.n_layers = 28, s.n_heads = 16, s.n_kv_heads = 8, s.head_dim = 128, s.hidden_dim = 3072;
+    s.context_length = 40960, s.rope_freq_base = 1000000.0f, s.rms_eps = 1e-6f;
+  } else if (name == "gemma3-1b") {
+    s.architecture = "gemma3";
+    s.dim = 1152, s.n_layers = 26, s.n_heads = 4, s.n_kv_heads = 1, s.head_dim = 256, s.hidden_dim = 6912;
+    s.context_length = 32768, s.rope_freq_base = 1000000.0f, s.rms_eps = 1e-6f, s.sliding_window = 512;
+  } else if (name == "llama-3.2-1b") {
+    s.dim = 2048, s.n_layers = 16, s.n_heads = 32, s.n_kv_heads = 8, s.hidden_dim = 8192;
+    s.context_length = 131072, s.rope_freq_base = 500000.0f, s.llama3_rope_factor = 32;
+  } else if (name == "llama-3.1-8b") {
+    s.dim = 4096, s.n_layers = 32, s.n_heads = 32, s.n_kv_heads = 8, s.hidden_dim = 14336;
+    s.context_length = 131072, s.rope_freq_base = 500000.0f, s.llama3_rope_factor = 8, s.tied_output = false;
   } else {
     std::string known;
-    for (const std::string& n : model_shape_names()) known += (known.empty() ? "" : ", ") + n;
+    for (const std::string& n : shape_preset_names()) known += (known.empty() ? "" : ", ") + n;
     throw Error(ErrorKind::kInvalidArgument, "unknown model shape '" + name + "' (known: " + known + ")");
   }
   return s;
@@ -164,8 +178,50 @@ uint32_t llama_file_type(const GeneratorOptions& options) {
                                                tensor_type_traits(options.type).name);
 }
 
-void build_random_llama(const GgufFile& vocab, const GeneratorOptions& options, GgufWriter& writer) {
-  const ModelShape& s = options.shape;
+namespace {
+
+// Llama 3.x's rope_freqs.weight, as its converter computes it from the
+// rope_scaling block (low_freq_factor 1, high_freq_factor 4, original
+// context 8192).
+std::vector<float> llama3_rope_factors(const ShapePreset& s) {
+  const int head_dim = s.head_dim > 0 ? s.head_dim : s.dim / s.n_heads;
+  const double old_context = 8192, low_freq_factor = 1, high_freq_factor = 4;
+  const double low_freq_wavelen = old_context / low_freq_factor;
+  const double high_freq_wavelen = old_context / high_freq_factor;
+  std::vector<float> factors;
+  for (int i = 0; i < head_dim; i += 2) {
+    const double freq = 1.0 / std::pow(static_cast<double>(s.rope_freq_base), static_cast<double>(i) / head_dim);
+    const double wavelen = 2 * M_PI / freq;
+    if (wavelen < high_freq_wavelen) {
+      factors.push_back(1.0f);
+    } else if (wavelen > low_freq_wavelen) {
+      factors.push_back(s.llama3_rope_factor);
+    } else {
+      const double smooth = (old_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+      factors.push_back(static_cast<float>(1.0 / ((1 - smooth) / s.llama3_rope_factor + smooth)));
+    }
+  }
+  return factors;
+}
+
+void add_floats(GgufWriter& writer, const std::string& name, std::vector<float> values) {
+  const auto n = static_cast<uint64_t>(values.size());
+  writer.add_tensor(name, {n}, static_cast<uint32_t>(TensorType::kF32), n * 4,
+                    [values = std::move(values)](std::vector<uint8_t>& out) {
+                      out.resize(values.size() * 4);
+                      std::memcpy(out.data(), values.data(), out.size());
+                    });
+}
+
+}  // namespace
+
+void build_random_model(const GgufFile& vocab, const GeneratorOptions& options, GgufWriter& writer) {
+  const ShapePreset& s = options.shape;
+  const Family* family = find_family(s.architecture);
+  if (family == nullptr) {
+    throw Error(ErrorKind::kInvalidArgument, "shape '" + s.name + "' names an unknown architecture '" +
+                                                 s.architecture + "'");
+  }
   if (options.successor_bias != 0 && s.tied_output) {
     throw Error(ErrorKind::kInvalidArgument, "successor_bias needs an untied output head; shape '" + s.name +
                                                  "' ties it to the token embeddings");
@@ -176,21 +232,38 @@ void build_random_llama(const GgufFile& vocab, const GeneratorOptions& options, 
   }
   const auto n_vocab = static_cast<uint64_t>(tokens->strings.size());
 
-  writer.set_string("general.architecture", "llama");
+  // The shape in the description's terms, so every tensor's size comes from
+  // the same formulas the loader checks it against.
+  ModelShape shape;
+  shape.dim = s.dim;
+  shape.n_layers = s.n_layers;
+  shape.n_heads = s.n_heads;
+  shape.n_kv_heads = s.n_kv_heads;
+  shape.head_dim = s.head_dim > 0 ? s.head_dim : s.dim / s.n_heads;
+  shape.hidden_dim = s.hidden_dim;
+  shape.n_vocab = static_cast<int>(n_vocab);
+
+  const std::string a = s.architecture + ".";
+  writer.set_string("general.architecture", s.architecture);
   writer.set_string("general.name", "random " + s.name);
   writer.set_uint32("general.file_type", llama_file_type(options));
   // ggml's quantization format version (GGML_QNT_VERSION), as llama.cpp writes it.
   writer.set_uint32("general.quantization_version", 2);
-  writer.set_uint32("llama.context_length", static_cast<uint32_t>(s.context_length));
-  writer.set_uint32("llama.embedding_length", static_cast<uint32_t>(s.dim));
-  writer.set_uint32("llama.block_count", static_cast<uint32_t>(s.n_layers));
-  writer.set_uint32("llama.feed_forward_length", static_cast<uint32_t>(s.hidden_dim));
-  writer.set_uint32("llama.attention.head_count", static_cast<uint32_t>(s.n_heads));
-  writer.set_uint32("llama.attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
-  writer.set_uint32("llama.rope.dimension_count", static_cast<uint32_t>(s.dim / s.n_heads));
-  writer.set_float32("llama.rope.freq_base", s.rope_freq_base);
-  writer.set_float32("llama.attention.layer_norm_rms_epsilon", s.rms_eps);
-  writer.set_uint32("llama.vocab_size", static_cast<uint32_t>(n_vocab));
+  writer.set_uint32(a + "context_length", static_cast<uint32_t>(s.context_length));
+  writer.set_uint32(a + "embedding_length", static_cast<uint32_t>(s.dim));
+  writer.set_uint32(a + "block_count", static_cast<uint32_t>(s.n_layers));
+  writer.set_uint32(a + "feed_forward_length", static_cast<uint32_t>(s.hidden_dim));
+  writer.set_uint32(a + "attention.head_count", static_cast<uint32_t>(s.n_heads));
+  writer.set_uint32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
+  if (s.head_dim > 0) {
+    writer.set_uint32(a + "attention.key_length", static_cast<uint32_t>(s.head_dim));
+    writer.set_uint32(a + "attention.value_length", static_cast<uint32_t>(s.head_dim));
+  }
+  writer.set_uint32(a + "rope.dimension_count", static_cast<uint32_t>(shape.head_dim));
+  writer.set_float32(a + "rope.freq_base", s.rope_freq_base);
+  writer.set_float32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
+  if (s.sliding_window > 0) writer.set_uint32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+  writer.set_uint32(a + "vocab_size", static_cast<uint32_t>(n_vocab));
   for (const auto& [key, value] : vocab.metadata()) {
     if (key.rfind("tokenizer.", 0) == 0) writer.set_value(key, value);
   }
@@ -218,40 +291,33 @@ void build_random_llama(const GgufFile& vocab, const GeneratorOptions& options, 
                       random_row(seed, r, std_dev, row);
                     });
   };
-  auto add_norm = [&](const std::string& name) {
-    const auto n = static_cast<uint64_t>(s.dim);
-    const uint64_t seed = options.seed ^ hash_name(name);
-    writer.add_tensor(name, {n}, static_cast<uint32_t>(TensorType::kF32), n * 4,
-                      [=](std::vector<uint8_t>& out) {
-                        Random random(seed);
-                        std::vector<float> w(n);
-                        for (float& x : w) x = 1.0f + 0.1f * random.symmetric();
-                        out.resize(n * 4);
-                        std::memcpy(out.data(), w.data(), n * 4);
-                      });
+  // Norm weights near 1, biases small.
+  auto add_vector = [&](const std::string& name, uint64_t n) {
+    Random random(seed_of(name));
+    const bool bias = ends_with(name, ".bias");
+    std::vector<float> w(n);
+    for (float& x : w) x = bias ? 0.1f * random.symmetric() : 1.0f + 0.1f * random.symmetric();
+    add_floats(writer, name, std::move(w));
   };
 
   const auto dim = static_cast<uint64_t>(s.dim);
-  const auto kv_dim = dim / static_cast<uint64_t>(s.n_heads) * static_cast<uint64_t>(s.n_kv_heads);
-  const auto hidden = static_cast<uint64_t>(s.hidden_dim);
   const float embedding_std = options.weight_scale * options.embedding_scale;
   add_matrix_rows("token_embd.weight", -1, dim, n_vocab,
                   [seed = seed_of("token_embd.weight"), embedding_std](uint64_t r, std::vector<float>& row) {
                     random_row(seed, r, embedding_std, row);
                   });
+  if (s.llama3_rope_factor > 0) add_floats(writer, "rope_freqs.weight", llama3_rope_factors(s));
   for (int l = 0; l < s.n_layers; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    add_norm(p + "attn_norm.weight");
-    add_matrix(p + "attn_q.weight", l, dim, dim);
-    add_matrix(p + "attn_k.weight", l, dim, kv_dim);
-    add_matrix(p + "attn_v.weight", l, dim, kv_dim);
-    add_matrix(p + "attn_output.weight", l, dim, dim);
-    add_norm(p + "ffn_norm.weight");
-    add_matrix(p + "ffn_gate.weight", l, dim, hidden);
-    add_matrix(p + "ffn_up.weight", l, dim, hidden);
-    add_matrix(p + "ffn_down.weight", l, hidden, dim);
+    for (const TensorSpec& spec : family->block) {
+      const std::string name = "blk." + std::to_string(l) + "." + spec.name;
+      if (spec.is_vector()) {
+        add_vector(name, shape.size(spec.shape[0]));
+      } else {
+        add_matrix(name, l, shape.size(spec.shape[0]), shape.size(spec.shape[1]));
+      }
+    }
   }
-  add_norm("output_norm.weight");
+  add_vector("output_norm.weight", dim);
   if (s.tied_output) return;
   // Output row j: a random row, plus successor_bias times the embedding of
   // the token whose successor j is under a fixed random permutation.
@@ -302,7 +368,7 @@ std::string upper(std::string s) {
 
 }  // namespace
 
-std::vector<std::string> random_model_shapes() { return model_shape_names(); }
+std::vector<std::string> random_model_shapes() { return shape_preset_names(); }
 
 std::vector<std::string> random_model_types() {
   std::vector<std::string> names;
@@ -321,14 +387,14 @@ void write_random_model(const RandomModelSpec& spec, const std::string& out_path
     throw Error(ErrorKind::kInvalidArgument, "unknown tensor type '" + spec.type + "' (known: " + known + ")");
   }
   GeneratorOptions options;
-  options.shape = named_model_shape(spec.shape);
+  options.shape = shape_preset(spec.shape);
   options.type = type->type;
   options.mix = type->mix;
   options.seed = spec.seed;
   auto source = open_file_source(spec.vocab_path);
   const GgufFile vocab = GgufFile::parse(*source);
   GgufWriter writer;
-  build_random_llama(vocab, options, writer);
+  build_random_model(vocab, options, writer);
   writer.write_file(out_path);
 }
 

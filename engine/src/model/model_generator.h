@@ -1,5 +1,7 @@
-// Writes llama-architecture GGUF files with random weights in a named shape:
-// the fixtures of benchmarks (realistic shapes) and tests (tiny ones).
+// Writes GGUF files with random weights in a named shape of any supported
+// family: the fixtures of benchmarks (realistic shapes) and tests (tiny ones).
+// The tensors written are the family's own description (model/families.cpp),
+// so a generated file has exactly what the loader expects of that family.
 //
 // The tokenizer is copied from a vocabulary GGUF (any model or vocab-only
 // file); the vocabulary size follows it. The weights are seeded, so the same
@@ -15,24 +17,30 @@
 
 namespace sipllm {
 
-struct ModelShape {
+struct ShapePreset {
   std::string name;
+  std::string architecture = "llama";  // a supported family
   int dim = 0;
   int n_layers = 0;
   int n_heads = 0;
   int n_kv_heads = 0;
+  int head_dim = 0;  // 0: dim / n_heads (written as attention.key_length otherwise)
   int hidden_dim = 0;
   int context_length = 2048;
   float rope_freq_base = 10000.0f;
   float rms_eps = 1e-5f;
   bool tied_output = true;
+  int sliding_window = 0;     // attention.sliding_window, for families that slide
+  float llama3_rope_factor = 0;  // > 0: rope_freqs.weight as Llama 3.x converts it
 };
 
 // Known shapes: "tiny" (tests), "tiny-k" (tests of K-quants: every row a
-// multiple of 256, and an untied output head), "smollm-135m", "qwen2.5-0.5b", "llama-3.2-1b",
-// "kquant-small" (every row a multiple of 256). Throws for an unknown name.
-ModelShape named_model_shape(const std::string& name);
-std::vector<std::string> model_shape_names();
+// multiple of 256, and an untied output head), "kquant-small" (every row a
+// multiple of 256), and the published models' shapes "smollm-135m",
+// "qwen2.5-0.5b" (qwen2, with Q/K/V biases), "qwen3-0.6b", "gemma3-1b",
+// "llama-3.2-1b" (with rope_freqs) and "llama-3.1-8b". Throws for an unknown name.
+ShapePreset shape_preset(const std::string& name);
+std::vector<std::string> shape_preset_names();
 
 // How the matrices get their types.
 //   kPlain: every matrix `type` (as llama.cpp's quantize --pure), but for
@@ -46,7 +54,7 @@ std::vector<std::string> model_shape_names();
 enum class QuantMix { kPlain, kDefault, kQ4_K_M, kQ5_K_M };
 
 struct GeneratorOptions {
-  ModelShape shape;
+  ShapePreset shape;
   TensorType type = TensorType::kQ8_0;  // matrices; norms are always F32
   QuantMix mix = QuantMix::kPlain;
   uint64_t seed = 1;
@@ -92,7 +100,7 @@ uint32_t llama_file_type(const GeneratorOptions& options);
 // and tensors produced lazily when the writer writes. The weights depend only
 // on the shape, the seed and the tensor's name, never on its type, so files
 // of one shape and seed in different types are one model at different
-// precisions.
-void build_random_llama(const GgufFile& vocab, const GeneratorOptions& options, GgufWriter& writer);
+// precisions. Norm weights are near 1, biases small.
+void build_random_model(const GgufFile& vocab, const GeneratorOptions& options, GgufWriter& writer);
 
 }  // namespace sipllm

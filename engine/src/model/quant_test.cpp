@@ -520,10 +520,10 @@ TEST(QuantFiles, TheEngineRefusesARealTensorOfAnUnsupportedType) {
   auto vocab_source = open_file_source(test::model_path("stories260K.gguf"));
   const GgufFile vocab = GgufFile::parse(*vocab_source);
   GeneratorOptions options;
-  options.shape = named_model_shape("tiny-k");
+  options.shape = shape_preset("tiny-k");
   options.type = TensorType::kQ4_K;
   GgufWriter good;
-  build_random_llama(vocab, options, good);
+  build_random_model(vocab, options, good);
   const GgufFile parsed = GgufFile::parse(*make_memory_source(good.to_bytes(), "good.gguf"));
   // Rebuild the same file with one tensor's type id swapped for Q2_K (same
   // block size, fewer bytes).

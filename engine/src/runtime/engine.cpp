@@ -11,7 +11,7 @@
 #include "runtime/kernel_warm_up.h"
 #include "runtime/kv_cache.h"
 #include "runtime/layer_loader.h"
-#include "model/model_layout.h"
+#include "model/model_description.h"
 #include "runtime/sampler.h"
 #include "text/stop_strings.h"
 #include "runtime/thread_pool.h"
@@ -27,26 +27,15 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-ModelInfo describe(const GgufFile& gguf, const ModelLayout& layout, const Tokenizer& tokenizer) {
+ModelInfo describe(const GgufFile& gguf, const ModelDescription& model, const Tokenizer& tokenizer) {
   ModelInfo info;
-  const LlamaConfig& c = layout.config;
-  info.architecture = layout.architecture;
-  info.name = layout.name;
-  info.n_layers = c.n_layers;
-  info.dim = c.dim;
-  info.hidden_dim = c.hidden_dim;
-  info.n_heads = c.n_heads;
-  info.n_kv_heads = c.n_kv_heads;
-  info.head_dim = c.head_dim;
-  info.n_vocab = c.n_vocab;
-  info.context_length = c.context_length;
-  info.rope_dims = c.rope_dims;
-  info.rms_eps = c.rms_eps;
-  info.rope_freq_base = c.rope_freq_base;
+  info.architecture = model.architecture;
+  info.name = model.name;
+  for (auto& [name, value] : model.hyperparameters()) info.hyperparameters.push_back({name, value});
   info.gguf_version = gguf.version();
   info.file_bytes = gguf.file_size();
-  info.weight_bytes = layout.weight_bytes();
-  info.tied_output = layout.tied_output;
+  info.weight_bytes = model.weight_bytes();
+  info.tied_output = model.tied_output;
   for (const GgufTensorInfo& t : gguf.tensors()) ++info.tensors_by_type[tensor_type_name(t.type_id)];
   info.tokenizer = tokenizer.kind();
   info.bos = tokenizer.bos();
@@ -63,20 +52,20 @@ class EngineImpl final : public Engine {
       : source_(std::move(source)),
         options_(options),
         gguf_(GgufFile::parse(*source_)),
-        layout_(describe_llama_model(gguf_)),
+        model_(describe_model(gguf_, options.context_length)),
         tokenizer_(Tokenizer::from_gguf(gguf_)),
-        info_(describe(gguf_, layout_, *tokenizer_)),
+        info_(describe(gguf_, model_, *tokenizer_)),
         pool_(options.threads),
-        loader_(*source_, layout_, options.loader),
-        cache_(layout_.config.n_layers, layout_.config.kv_dim(), context_length(options, layout_)),
-        transformer_(layout_, loader_, pool_, options.prefill_chunk) {
+        loader_(*source_, model_, options.loader),
+        transformer_(model_, loader_, pool_, options.prefill_chunk),
+        cache_(model_.shape.n_layers, model_.shape.kv_dim(), model_.shape.context_length, options.kv_cache_type,
+               transformer_.kv_capacity()) {
     source_->header_done();
-    if (tokenizer_->n_vocab() != layout_.config.n_vocab) {
+    if (tokenizer_->n_vocab() != model_.shape.n_vocab) {
       throw Error(ErrorKind::kFormat, "the tokenizer has " + std::to_string(tokenizer_->n_vocab()) +
                                           " tokens but token_embd.weight has " +
-                                          std::to_string(layout_.config.n_vocab) + " rows");
+                                          std::to_string(model_.shape.n_vocab) + " rows");
     }
-    info_.context_length = cache_.context_length();
   }
 
   const ModelInfo& info() const override { return info_; }
@@ -112,7 +101,7 @@ class EngineImpl final : public Engine {
                       std::to_string(options.max_tokens) + " requested tokens exceed the context length " +
                       std::to_string(cache_.context_length()));
     }
-    Sampler sampler(options.sampling, layout_.config.n_vocab);
+    Sampler sampler(options.sampling, model_.shape.n_vocab);
     StopStrings stops(options.stop);
 
     GenerationStats stats;
@@ -203,7 +192,7 @@ class EngineImpl final : public Engine {
     // The first pass's weights (the resident units, the ring's first units)
     // arrive meanwhile: a request that follows finds them there or on the way.
     loader_.set_continuation(true);
-    KernelWarmUp work(layout_);
+    KernelWarmUp work(model_, options_.kv_cache_type);
     // On this thread alone: the code it optimises is shared by every thread,
     // and the other cores stay free for the download it overlaps.
     ThreadPool one_thread(1);
@@ -226,19 +215,11 @@ class EngineImpl final : public Engine {
   size_t kv_cache_bytes() const override { return cache_.allocated_bytes(); }
 
  private:
-  static int context_length(const EngineOptions& options, const ModelLayout& layout) {
-    if (options.context_length < 0) {
-      throw Error(ErrorKind::kInvalidArgument, "context_length must be >= 0");
-    }
-    return options.context_length > 0 ? std::min(options.context_length, layout.config.context_length)
-                                      : layout.config.context_length;
-  }
-
   void check_token(int32_t t) const {
-    if (t < 0 || t >= layout_.config.n_vocab) {
+    if (t < 0 || t >= model_.shape.n_vocab) {
       throw Error(ErrorKind::kInvalidArgument, "token id " + std::to_string(t) +
                                                    " is outside the vocabulary (0.." +
-                                                   std::to_string(layout_.config.n_vocab - 1) + ")");
+                                                   std::to_string(model_.shape.n_vocab - 1) + ")");
     }
   }
 
@@ -269,6 +250,9 @@ class EngineImpl final : public Engine {
     // everything when every position's logits are wanted).
     if (all_positions) common = 0;
     if (common == tokens.size()) --common;
+    // Layers that keep only their last positions may have lost what a
+    // continuation from `common` would attend to.
+    common = static_cast<size_t>(cache_.reusable_prefix(static_cast<int>(common), transformer_.attention_windows()));
     cached_.resize(common);
     cache_.set_filled(static_cast<int>(common));
 
@@ -313,13 +297,13 @@ class EngineImpl final : public Engine {
   std::unique_ptr<WeightSource> source_;
   EngineOptions options_;
   GgufFile gguf_;
-  ModelLayout layout_;
+  ModelDescription model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelInfo info_;
   ThreadPool pool_;
   LayerLoader loader_;
-  KvCache cache_;
   Transformer transformer_;
+  KvCache cache_;
   std::vector<int32_t> cached_;
   std::atomic<bool> cancelled_{false};
 };
@@ -330,6 +314,13 @@ std::unique_ptr<Engine> Engine::open(std::unique_ptr<WeightSource> source, const
   if (source == nullptr) throw Error(ErrorKind::kInvalidArgument, "no weight source");
   if (options.prefill_chunk < 1) throw Error(ErrorKind::kInvalidArgument, "prefill_chunk must be >= 1");
   return std::make_unique<EngineImpl>(std::move(source), options);
+}
+
+double ModelInfo::hyperparameter(std::string_view name, double fallback) const {
+  for (const Hyperparameter& h : hyperparameters) {
+    if (h.name == name) return h.value;
+  }
+  return fallback;
 }
 
 const char* stop_reason_name(StopReason reason) {

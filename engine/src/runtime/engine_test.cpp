@@ -215,15 +215,18 @@ TEST(Engine, InfoDescribesTheModel) {
   auto engine = open_model("TinyStories-656K/TinyStories-656K-Q8_0.gguf");
   const ModelInfo& m = engine->info();
   EXPECT_EQ(m.architecture, "llama");
-  EXPECT_EQ(m.n_layers, 2);
-  EXPECT_EQ(m.dim, 128);
-  EXPECT_EQ(m.hidden_dim, 384);
-  EXPECT_EQ(m.n_heads, 8);
-  EXPECT_EQ(m.n_kv_heads, 4);
-  EXPECT_EQ(m.n_vocab, 2048);
+  EXPECT_EQ(m.n_layers(), 2);
+  EXPECT_EQ(m.hyperparameter("dim"), 128);
+  EXPECT_EQ(m.hyperparameter("hidden_dim"), 384);
+  EXPECT_EQ(m.hyperparameter("n_heads"), 8);
+  EXPECT_EQ(m.hyperparameter("n_kv_heads"), 4);
+  EXPECT_EQ(m.n_vocab(), 2048);
   EXPECT_TRUE(m.tied_output);
   EXPECT_EQ(m.tensors_by_type.at("Q8_0") + m.tensors_by_type.at("F32"), 20);
-  EXPECT_FLOAT_EQ(m.rms_eps, 1e-6f);
+  EXPECT_FLOAT_EQ(static_cast<float>(m.hyperparameter("rms_eps")), 1e-6f);
+  // A llama model has no sliding window or soft-cap to report.
+  EXPECT_EQ(m.hyperparameter("sliding_window", -1), -1);
+  EXPECT_EQ(m.hyperparameter("attn_softcap", -1), -1);
 }
 
 }  // namespace

@@ -11,19 +11,20 @@
 
 namespace sipllm {
 
-KernelWarmUp::KernelWarmUp(const ModelLayout& layout)
-    : config_(layout.config), cache_(1, layout.config.kv_dim(), kPositions) {
+KernelWarmUp::KernelWarmUp(const ModelDescription& model, KvCacheType kv_cache_type)
+    : model_(model), shape_(model.shape), cache_(1, model.shape.kv_dim(), kPositions, kv_cache_type) {
+  rope_.dims = shape_.rope_dims;
+  rope_.style = model.family->rope_style;
+  rope_.freq_base = shape_.rope_freq_base;
   std::set<std::pair<TensorType, int>> shapes;
-  for (int u = 0; u < layout.n_units(); ++u) {
-    const std::vector<TensorSlice>& tensors = layout.units[static_cast<size_t>(u)].tensors;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const bool norm = layout.is_head(u) ? i == kOutputNorm : (i == kAttnNorm || i == kFfnNorm);
-      const GgufTensorInfo* t = tensors[i].tensor;
-      if (norm || t == nullptr || find_matmul_kernel(t->type) == nullptr) continue;
+  for (const UnitTensors& unit : model.units) {
+    for (const TensorSlice& slice : unit.tensors) {
+      const GgufTensorInfo* t = slice.tensor;
+      if (slice.spec->is_vector() || find_matmul_kernel(t->type) == nullptr) continue;
       shapes.emplace(t->type, static_cast<int>(t->row_length()));
     }
   }
-  int max_cols = std::max(config_.dim, config_.hidden_dim);
+  int max_cols = std::max({shape_.dim, shape_.q_dim(), shape_.hidden_dim});
   for (const auto& [type, cols] : shapes) {
     Matrix m;
     m.w.type = type;
@@ -47,29 +48,28 @@ KernelWarmUp::KernelWarmUp(const ModelLayout& layout)
   fill(input_);
   x_.resize(input_.size());
   y_.resize(positions * kRows);
-  norm_.resize(static_cast<size_t>(config_.dim));
+  norm_.resize(static_cast<size_t>(shape_.dim));
   fill(norm_);
-  xb_.resize(positions * static_cast<size_t>(config_.dim));
-  q_.resize(positions * static_cast<size_t>(config_.dim));
-  k_.resize(positions * static_cast<size_t>(config_.kv_dim()));
+  xb_.resize(positions * static_cast<size_t>(shape_.dim));
+  q_.resize(positions * static_cast<size_t>(shape_.q_dim()));
+  k_.resize(positions * static_cast<size_t>(shape_.kv_dim()));
   att_out_.resize(q_.size());
-  gate_.resize(positions * static_cast<size_t>(config_.hidden_dim));
+  gate_.resize(positions * static_cast<size_t>(shape_.hidden_dim));
   up_.resize(gate_.size());
-  rope_table_.resize(2 * static_cast<size_t>(config_.rope_dims));
+  rope_table_.resize(2 * static_cast<size_t>(shape_.rope_dims));
   fill(q_);
   fill(k_);
   fill(up_);
   cache_.reserve(kPositions);
-  const auto kv_dim = static_cast<size_t>(config_.kv_dim());
+  const auto kv_dim = static_cast<size_t>(shape_.kv_dim());
   for (int pos = 0; pos < kPositions; ++pos) {
     const float* row = &k_[static_cast<size_t>(pos) * kv_dim];
-    std::copy_n(row, kv_dim, cache_.key(0, pos));
-    std::copy_n(row, kv_dim, cache_.value(0, pos));
+    cache_.store(0, pos, row, row);
   }
-  const GgufTensorInfo* embd = layout.token_embd;
-  if (embd != nullptr && embd->row_length() == static_cast<uint64_t>(config_.dim)) {
+  const GgufTensorInfo* embd = model.token_embd;
+  if (embd != nullptr && embd->row_length() == static_cast<uint64_t>(shape_.dim)) {
     embd_type_ = embd->type;
-    std::vector<float> row(static_cast<size_t>(config_.dim));
+    std::vector<float> row(static_cast<size_t>(shape_.dim));
     fill(row);
     embd_row_.resize(static_cast<size_t>(tensor_bytes(tensor_type_traits(embd->type), row.size())));
     quantize_row(embd->type, row.data(), embd_row_.data(), row.size());
@@ -77,9 +77,10 @@ KernelWarmUp::KernelWarmUp(const ModelLayout& layout)
 }
 
 void KernelWarmUp::run_round(ThreadPool& pool) {
-  const int dim = config_.dim;
-  const int kv_dim = config_.kv_dim();
-  const int hidden = config_.hidden_dim;
+  const int dim = shape_.dim;
+  const int q_dim = shape_.q_dim();
+  const int kv_dim = shape_.kv_dim();
+  const int hidden = shape_.hidden_dim;
   const auto at = [](std::vector<float>& v, int row, int width) {
     return &v[static_cast<size_t>(row) * static_cast<size_t>(width)];
   };
@@ -91,16 +92,23 @@ void KernelWarmUp::run_round(ThreadPool& pool) {
     }
   }
   for (int i = 0; i < kPositions; ++i) {
-    rmsnorm(at(xb_, i, dim), at(x_, i, dim), norm_.data(), dim, config_.rms_eps);
-    rope_angles(i, config_.rope_dims, config_.rope_freq_base, rope_table_.data());
-    rope_rotate(at(q_, i, dim), config_.n_heads, config_.head_dim, config_.rope_dims,
-                rope_table_.data());
-    rope_rotate(at(k_, i, kv_dim), config_.n_kv_heads, config_.head_dim, config_.rope_dims,
-                rope_table_.data());
-    swiglu(at(gate_, i, hidden), at(up_, i, hidden), hidden);
+    rmsnorm(at(xb_, i, dim), at(x_, i, dim), norm_.data(), dim, shape_.rms_eps);
+    rope_table(i, rope_, rope_table_.data());
+    rope_rotate(at(q_, i, q_dim), shape_.n_heads, shape_.head_dim, rope_, rope_table_.data());
+    rope_rotate(at(k_, i, kv_dim), shape_.n_kv_heads, shape_.head_dim, rope_, rope_table_.data());
+    if (model_.family->feed_forward == FeedForward::kGeluTanh) {
+      gelu_tanh_glu(at(gate_, i, hidden), at(up_, i, hidden), hidden);
+    } else {
+      swiglu(at(gate_, i, hidden), at(up_, i, hidden), hidden);
+    }
     add_in_place(at(x_, i, dim), at(xb_, i, dim), dim);
   }
-  const AttentionShape shape{config_.n_heads, config_.n_kv_heads, config_.head_dim};
+  AttentionShape shape;
+  shape.n_heads = shape_.n_heads;
+  shape.n_kv_heads = shape_.n_kv_heads;
+  shape.head_dim = shape_.head_dim;
+  shape.scale = shape_.attention_scale;
+  shape.softcap = shape_.attn_softcap;
   attention(q_.data(), kPositions, 0, cache_, 0, shape, att_out_.data(), pool, scores_);
   attention(q_.data(), 1, kPositions - 1, cache_, 0, shape, att_out_.data(), pool, scores_);
   if (!embd_row_.empty()) {

@@ -9,8 +9,9 @@
 
 #include "kernels/activation_quant.h"
 #include "kernels/matmul.h"
+#include "kernels/rope.h"
+#include "model/model_description.h"
 #include "runtime/kv_cache.h"
-#include "model/model_layout.h"
 
 namespace sipllm {
 
@@ -26,7 +27,7 @@ class KernelWarmUp {
   static constexpr int kPositions = 64;
   static constexpr int kRows = 64;
 
-  explicit KernelWarmUp(const ModelLayout& layout);
+  KernelWarmUp(const ModelDescription& model, KvCacheType kv_cache_type);
 
   // One pass over everything, a few milliseconds once the code is optimized.
   void run_round(ThreadPool& pool);
@@ -40,7 +41,9 @@ class KernelWarmUp {
   // Values in [-1, 1) from a fixed sequence: finite, no subnormals.
   void fill(std::vector<float>& v);
 
-  const LlamaConfig& config_;
+  const ModelDescription& model_;
+  const ModelShape& shape_;
+  RopeParams rope_;
   std::vector<Matrix> matrices_;
   Activations activations_;
   std::vector<float> input_, x_, y_, norm_, xb_, q_, k_, att_out_, gate_, up_, rope_table_, scores_;

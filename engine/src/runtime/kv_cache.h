@@ -1,13 +1,23 @@
-// Keys and values of every processed position, per layer.
+// Keys and values of every processed position, per layer, in F16 (llama.cpp's
+// default, half the memory) or F32.
 //
-// Storage grows in pages of `page_positions` positions as tokens arrive, up to
-// the context length, so memory follows the conversation, not the model's
-// maximum context. Pages are never moved, so growing copies nothing.
+// Storage grows in pages of `page_positions` positions as tokens arrive, so
+// memory follows the conversation, not the model's maximum context. Pages are
+// never moved, so growing copies nothing.
+//
+// A layer may keep only its last `capacity` positions (a sliding-window
+// layer needs no more than its window, plus the positions one prefill chunk
+// writes before it attends): position p then lives in slot p % capacity, and
+// older keys are overwritten once the conversation outgrows the capacity.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <vector>
+
+#include "sipllm/engine.h"
 
 namespace sipllm {
 
@@ -15,39 +25,63 @@ class KvCache {
  public:
   static constexpr int kDefaultPagePositions = 256;
 
-  KvCache(int n_layers, int kv_dim, int context_length,
-          int page_positions = kDefaultPagePositions);
+  // layer_capacity[l]: positions layer l keeps (0 or >= context_length: all).
+  KvCache(int n_layers, int kv_dim, int context_length, KvCacheType type = KvCacheType::kF16,
+          std::vector<int> layer_capacity = {}, int page_positions = kDefaultPagePositions);
 
   int context_length() const { return context_length_; }
   int kv_dim() const { return kv_dim_; }
+  KvCacheType type() const { return type_; }
 
   // Makes room for positions [0, n_positions). Throws if beyond the context.
   void reserve(int n_positions);
 
-  float* key(int layer, int pos) { return slot(keys_, layer, pos); }
-  float* value(int layer, int pos) { return slot(values_, layer, pos); }
-  const float* key(int layer, int pos) const { return slot(keys_, layer, pos); }
-  const float* value(int layer, int pos) const { return slot(values_, layer, pos); }
+  // Writes the key and value rows (kv_dim floats each) of `pos` in `layer`,
+  // rounded to the cache's type.
+  void store(int layer, int pos, const float* key, const float* value);
+
+  // The rows as stored: T is float for an F32 cache, uint16_t (half-float
+  // bits) for an F16 one.
+  template <class T>
+  const T* key(int layer, int pos) const {
+    return static_cast<const T*>(row(keys_, layer, pos, sizeof(T)));
+  }
+  template <class T>
+  const T* value(int layer, int pos) const {
+    return static_cast<const T*>(row(values_, layer, pos, sizeof(T)));
+  }
 
   // Positions whose keys and values are final, for every layer.
   int filled() const { return filled_; }
   void set_filled(int n) { filled_ = n; }
 
+  // How much of the first `common` filled positions a new evaluation can
+  // build on: all of them, unless a layer that keeps only its last positions
+  // has already overwritten keys that position `common` would attend to
+  // (then 0: the whole sequence runs again). `layer_window` is what each such
+  // layer's queries see.
+  int reusable_prefix(int common, const std::vector<int>& layer_window) const;
+
   // Bytes allocated for keys and values.
   size_t allocated_bytes() const;
 
  private:
-  using Pages = std::vector<std::vector<std::unique_ptr<float[]>>>;  // [layer][page]
-  float* slot(const Pages& pages, int layer, int pos) const {
-    return pages[static_cast<size_t>(layer)][static_cast<size_t>(pos / page_positions_)].get() +
-           static_cast<size_t>(pos % page_positions_) * static_cast<size_t>(kv_dim_);
+  using Pages = std::vector<std::vector<std::unique_ptr<uint8_t[]>>>;  // [layer][page]
+  const void* row(const Pages& pages, int layer, int pos, size_t element_bytes) const {
+    const auto l = static_cast<size_t>(layer);
+    const int s = pos < capacity_[l] ? pos : pos % capacity_[l];
+    return pages[l][static_cast<size_t>(s / page_positions_)].get() +
+           static_cast<size_t>(s % page_positions_) * static_cast<size_t>(kv_dim_) * element_bytes;
   }
+  size_t element_bytes() const { return type_ == KvCacheType::kF16 ? 2 : 4; }
 
   int n_layers_;
   int kv_dim_;
   int context_length_;
+  KvCacheType type_;
   int page_positions_;
   int filled_ = 0;
+  std::vector<int> capacity_;  // per layer, in positions
   Pages keys_;
   Pages values_;
 };

@@ -17,17 +17,12 @@ constexpr size_t kMaxTimelineEvents = 1 << 14;
 
 size_t align_up(size_t n) { return (n + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment; }
 
-bool is_vector_slot(const ModelLayout& layout, int unit, size_t index) {
-  if (layout.is_head(unit)) return index == kOutputNorm;
-  return index == kAttnNorm || index == kFfnNorm;
-}
-
 }  // namespace
 
 // ---- Construction: what to read, what to keep ------------------------------
 
 LayerLoader::UnitPlan LayerLoader::plan_unit(int unit_index) const {
-  const UnitTensors& unit = layout_.units[static_cast<size_t>(unit_index)];
+  const UnitTensors& unit = model_.units[static_cast<size_t>(unit_index)];
   UnitPlan plan;
   plan.name = unit.name;
   std::vector<size_t> order;
@@ -59,11 +54,11 @@ LayerLoader::UnitPlan LayerLoader::plan_unit(int unit_index) const {
   }
   for (const ReadRange& r : plan.ranges) plan.read_bytes += r.length;
 
-  // Norms stored as F16/BF16 get a float copy after the raw bytes.
+  // Vectors stored as F16/BF16 get a float copy after the raw bytes.
   plan.vector_offsets.assign(unit.tensors.size(), SIZE_MAX);
   for (size_t i = 0; i < unit.tensors.size(); ++i) {
     const GgufTensorInfo* t = unit.tensors[i].tensor;
-    if (t != nullptr && is_vector_slot(layout_, unit_index, i) && t->type != TensorType::kF32) {
+    if (t != nullptr && unit.tensors[i].spec->is_vector() && t->type != TensorType::kF32) {
       buffer_end = align_up(buffer_end);
       plan.vector_offsets[i] = buffer_end;
       buffer_end += t->elements * sizeof(float);
@@ -80,13 +75,13 @@ void LayerLoader::choose_residency(const LoaderOptions& options) {
     everything += p.buffer_bytes;
     largest = std::max(largest, p.buffer_bytes);
   }
-  const uint64_t embedding_bytes = layout_.tied_output ? 0 : layout_.token_embd->bytes;
+  const uint64_t embedding_bytes = model_.tied_output ? 0 : model_.token_embd->bytes;
   everything += embedding_bytes;
 
   const uint64_t budget = options.memory_budget;
   if (budget >= everything) {
     for (UnitPlan& p : plans_) p.resident = true;
-    embedding_resident_ = !layout_.tied_output;
+    embedding_resident_ = !model_.tied_output;
     return;
   }
   const int n_buffers = mode_ == LoaderMode::kSync ? 1 : options.n_buffers;
@@ -105,13 +100,13 @@ void LayerLoader::choose_residency(const LoaderOptions& options) {
       remaining -= p.buffer_bytes;
     }
   }
-  if (!layout_.tied_output && embedding_bytes <= remaining) embedding_resident_ = true;
+  if (!model_.tied_output && embedding_bytes <= remaining) embedding_resident_ = true;
 }
 
-LayerLoader::LayerLoader(WeightSource& source, const ModelLayout& layout,
+LayerLoader::LayerLoader(WeightSource& source, const ModelDescription& model,
                          const LoaderOptions& options)
     : source_(source),
-      layout_(layout),
+      model_(model),
       mode_(options.mode),
       read_chunk_bytes_(std::max<size_t>(options.read_chunk_bytes, 1 << 16)),
       epoch_(std::chrono::steady_clock::now()) {
@@ -122,7 +117,7 @@ LayerLoader::LayerLoader(WeightSource& source, const ModelLayout& layout,
     throw Error(ErrorKind::kInvalidArgument,
                 "load_threads must be 0 (as the source prefers) or more, not " + std::to_string(options.load_threads));
   }
-  for (int u = 0; u < layout_.n_units(); ++u) plans_.push_back(plan_unit(u));
+  for (int u = 0; u < model_.n_units(); ++u) plans_.push_back(plan_unit(u));
   choose_residency(options);
 
   size_t largest_streamed = 0;
@@ -191,7 +186,7 @@ double LayerLoader::now() const {
 
 void LayerLoader::load_into(int unit, Slot& slot) {
   const UnitPlan& plan = plans_[static_cast<size_t>(unit)];
-  const UnitTensors& tensors = layout_.units[static_cast<size_t>(unit)];
+  const UnitTensors& tensors = model_.units[static_cast<size_t>(unit)];
   uint8_t* base = slot.buffer.data.get();
   slot.load_reported = false;
   slot.io_start = now();
@@ -209,28 +204,38 @@ void LayerLoader::load_into(int unit, Slot& slot) {
   }
   slot.io_end = now();
 
-  // Prepare: views for the kernels; float copies of norms stored in 16 bits.
-  slot.view.vectors.assign(tensors.tensors.size(), nullptr);
-  slot.view.matrices.assign(tensors.tensors.size(), WeightMatrix{});
+  // Prepare: the weights by name, for the kernels; float copies of vectors
+  // stored in 16 bits; a fused matrix split into the matrices it feeds.
+  slot.view = UnitWeights{};
   for (size_t i = 0; i < tensors.tensors.size(); ++i) {
     const TensorSlice& slice = tensors.tensors[i];
-    if (slice.tensor == nullptr) continue;
+    const TensorSpec& spec = *slice.spec;
     const uint8_t* data = base + plan.tensor_offsets[i];
-    if (is_vector_slot(layout_, unit, i)) {
+    if (spec.is_vector()) {
       if (plan.vector_offsets[i] == SIZE_MAX) {
-        slot.view.vectors[i] = reinterpret_cast<const float*>(data);
+        slot.view.*spec.vector = reinterpret_cast<const float*>(data);
       } else {
         auto* out = reinterpret_cast<float*>(base + plan.vector_offsets[i]);
         dequantize_row(slice.tensor->type, data, out, static_cast<size_t>(slice.tensor->elements));
-        slot.view.vectors[i] = out;
+        slot.view.*spec.vector = out;
       }
+      continue;
+    }
+    WeightMatrix m;
+    m.type = slice.tensor->type;
+    m.cols = static_cast<int>(slice.tensor->row_length());
+    m.rows = static_cast<int>(slice.rows);
+    m.row_bytes = static_cast<size_t>(slice.row_bytes());
+    m.data = data;
+    if (spec.matrices.size() == 1) {
+      slot.view.*spec.matrices[0].matrix = m;  // all of this unit's rows (a head piece has some)
     } else {
-      WeightMatrix& m = slot.view.matrices[i];
-      m.type = slice.tensor->type;
-      m.cols = static_cast<int>(slice.tensor->row_length());
-      m.rows = static_cast<int>(slice.rows);
-      m.row_bytes = static_cast<size_t>(slice.row_bytes());
-      m.data = data;
+      int first = 0;
+      for (const TensorSpec::RowRange& part : spec.matrices) {
+        const auto rows = static_cast<int>(model_.shape.size(part.rows));
+        slot.view.*part.matrix = m.row_range(first, rows);
+        first += rows;
+      }
     }
   }
   slot.prepare_end = now();
@@ -367,7 +372,7 @@ void LayerLoader::set_continuation(bool expected) {
   changed_.notify_all();
 }
 
-const UnitView& LayerLoader::acquire(int unit) {
+const UnitWeights& LayerLoader::acquire(int unit) {
   const double asked = now();
   std::unique_lock<std::mutex> lock(mutex_);
   if (cancelled_) throw Error(ErrorKind::kAborted, "cancelled");
@@ -473,9 +478,17 @@ void LayerLoader::release(int unit) {
   changed_.notify_all();
 }
 
+std::vector<float> LayerLoader::read_vector(const GgufTensorInfo& tensor) {
+  std::vector<uint8_t> bytes(static_cast<size_t>(tensor.bytes));
+  source_.read(tensor.offset, bytes.data(), bytes.size());
+  std::vector<float> values(static_cast<size_t>(tensor.elements));
+  dequantize_row(tensor.type, bytes.data(), values.data(), values.size());
+  return values;
+}
+
 void LayerLoader::embed(const int32_t* tokens, int n, float* out) {
-  const GgufTensorInfo& table = *layout_.token_embd;
-  const int n_vocab = layout_.config.n_vocab;
+  const GgufTensorInfo& table = *model_.token_embd;
+  const int n_vocab = model_.shape.n_vocab;
   for (int i = 0; i < n; ++i) {
     if (tokens[i] < 0 || tokens[i] >= n_vocab) {
       throw Error(ErrorKind::kInvalidArgument, "token id " + std::to_string(tokens[i]) +
@@ -484,7 +497,7 @@ void LayerLoader::embed(const int32_t* tokens, int n, float* out) {
     }
   }
   const size_t row_bytes = static_cast<size_t>(table.bytes / static_cast<uint64_t>(n_vocab));
-  const size_t dim = static_cast<size_t>(layout_.config.dim);
+  const size_t dim = static_cast<size_t>(model_.shape.dim);
 
   // An untied table within the budget is read whole, once.
   if (embedding_resident_ && embedding_->state == SlotState::kFree) {
@@ -507,12 +520,12 @@ void LayerLoader::embed(const int32_t* tokens, int n, float* out) {
       const auto token = static_cast<size_t>(tokens[i]);
       if (embedding_resident_) {
         rows[static_cast<size_t>(i)] = embedding_->buffer.data.get() + token * row_bytes;
-      } else if (layout_.tied_output) {
-        const size_t piece = token / static_cast<size_t>(layout_.head_rows_per_piece);
-        const Slot* head = resident_[static_cast<size_t>(layout_.first_head_unit()) + piece].get();
+      } else if (model_.tied_output) {
+        const size_t piece = token / static_cast<size_t>(model_.head_rows_per_piece);
+        const Slot* head = resident_[static_cast<size_t>(model_.first_head_unit()) + piece].get();
         if (head != nullptr && (head->state == SlotState::kReady || head->state == SlotState::kInUse)) {
-          const size_t row_in_piece = token - piece * layout_.head_rows_per_piece;
-          rows[static_cast<size_t>(i)] = head->view.matrices[kOutput].data + row_in_piece * row_bytes;
+          const size_t row_in_piece = token - piece * model_.head_rows_per_piece;
+          rows[static_cast<size_t>(i)] = head->view.output.data + row_in_piece * row_bytes;
         }
       }
     }

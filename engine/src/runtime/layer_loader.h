@@ -28,29 +28,17 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/matmul.h"
-#include "model/model_layout.h"
+#include "model/model_description.h"
+#include "model/unit_weights.h"
 #include "sipllm/engine.h"
 #include "sipllm/weight_source.h"
 
 namespace sipllm {
 
-// Indices of a block unit's tensors, in the order ModelLayout lists them.
-enum BlockTensor { kAttnNorm = 0, kAttnQ, kAttnK, kAttnV, kAttnOutput, kFfnNorm, kFfnGate, kFfnUp, kFfnDown };
-// Indices of a head piece's tensors (output_norm only in the first piece).
-enum HeadTensor { kOutputNorm = 0, kOutput };
-
-// A unit in memory, ready for the kernels: vectors as floats, matrices in
-// their file type.
-struct UnitView {
-  std::vector<const float*> vectors;   // indexed like the unit's tensors; null for matrices
-  std::vector<WeightMatrix> matrices;  // indexed like the unit's tensors
-};
-
 class LayerLoader {
  public:
   // Throws Error(kOutOfBudget) when a non-zero budget cannot hold the ring.
-  LayerLoader(WeightSource& source, const ModelLayout& layout, const LoaderOptions& options);
+  LayerLoader(WeightSource& source, const ModelDescription& model, const LoaderOptions& options);
   ~LayerLoader();
   LayerLoader(const LayerLoader&) = delete;
   LayerLoader& operator=(const LayerLoader&) = delete;
@@ -63,10 +51,15 @@ class LayerLoader {
   // Whether another pass over the model is expected after the announced units.
   void set_continuation(bool expected);
 
-  // Blocks until `unit` is in memory; throws Error naming the unit on a read
-  // failure, kAborted after cancel(). The view stays valid until release().
-  const UnitView& acquire(int unit);
+  // Blocks until `unit` is in memory, its weights ready for the kernels
+  // (vectors as floats, matrices in their file type); throws Error naming the
+  // unit on a read failure, kAborted after cancel(). The weights stay valid
+  // until release().
+  const UnitWeights& acquire(int unit);
   void release(int unit);
+
+  // A small vector tensor outside the units (rope factors), read once, as floats.
+  std::vector<float> read_vector(const GgufTensorInfo& tensor);
 
   // Writes the embedding rows of tokens[0..n) as floats, n rows of dim: from
   // memory when resident, else with one small read per distinct row, issued
@@ -111,7 +104,7 @@ class LayerLoader {
     SlotState state = SlotState::kFree;
     int unit = -1;
     Buffer buffer;
-    UnitView view;
+    UnitWeights view;
     std::string error;
     ErrorKind error_kind = ErrorKind::kIo;
     double io_start = 0, io_end = 0, prepare_end = 0;
@@ -136,7 +129,7 @@ class LayerLoader {
   void ensure_capacity(Buffer& buffer, size_t bytes);
 
   WeightSource& source_;
-  const ModelLayout& layout_;
+  const ModelDescription& model_;
   const LoaderMode mode_;
   const size_t read_chunk_bytes_;
   std::vector<UnitPlan> plans_;

@@ -16,7 +16,7 @@
 
 #include "model/gguf.h"
 #include "runtime/layer_loader.h"
-#include "model/model_layout.h"
+#include "model/model_description.h"
 #include "sipllm/engine.h"
 #include "test_support.h"
 
@@ -334,16 +334,24 @@ TEST(Streaming, EditingEarlierTextTruncatesTheCacheAtTheFirstDifference) {
 
 TEST(Streaming, KvCacheGrowsWithTokensNotWithTheContext) {
   auto engine = Engine::open(open_file_source(test::model_path("stories260K.gguf")));
-  ASSERT_EQ(engine->info().context_length, 2048);
+  ASSERT_EQ(engine->info().context_length(), 2048);
   engine->generate_tokens({1}, test::greedy(5), [](const TokenEvent&) { return true; });
   const size_t small = engine->kv_cache_bytes();
-  // 5 layers x (K and V) x one page of 256 positions x kv_dim 32 floats.
-  EXPECT_EQ(small, 5u * 2u * 256u * 32u * sizeof(float));
+  // 5 layers x (K and V) x one page of 256 positions x kv_dim 32 half floats.
+  EXPECT_EQ(small, 5u * 2u * 256u * 32u * 2u);
   engine->reset();
   GenerateOptions options = test::greedy(600);
   options.sampling.logit_bias[2] = -1e9f;  // no early EOS
   engine->generate_tokens({1}, options, [](const TokenEvent&) { return true; });
   EXPECT_EQ(engine->kv_cache_bytes(), 3 * small);  // 600 positions: 3 pages, not 8
+}
+
+TEST(Streaming, F32KvCacheTakesTwiceTheMemoryOfF16) {
+  EngineOptions options;
+  options.kv_cache_type = KvCacheType::kF32;
+  auto engine = Engine::open(open_file_source(test::model_path("stories260K.gguf")), options);
+  engine->generate_tokens({1}, test::greedy(5), [](const TokenEvent&) { return true; });
+  EXPECT_EQ(engine->kv_cache_bytes(), 5u * 2u * 256u * 32u * sizeof(float));
 }
 
 TEST(Streaming, RingUnderRandomLatenciesMatchesSync) {
@@ -409,7 +417,7 @@ TEST_P(LoaderStress, RandomOrdersAndWrongAnnouncementsAlwaysYieldTheRightBytes) 
   const std::vector<uint8_t> bytes = test::random_llama_bytes("tiny", TensorType::kQ4_0, 3);
   auto inner = make_memory_source(bytes);
   const GgufFile file = GgufFile::parse(*inner);
-  const ModelLayout layout = describe_llama_model(file);
+  const ModelDescription model = describe_model(file);
   ThrottleOptions t;
   t.latency_ms = 0.2;
   t.jitter = 1.0;
@@ -419,7 +427,7 @@ TEST_P(LoaderStress, RandomOrdersAndWrongAnnouncementsAlwaysYieldTheRightBytes) 
   options.load_threads = GetParam();
   options.memory_budget = 0;
   options.read_chunk_bytes = 1 << 16;
-  LayerLoader loader(*source, layout, options);
+  LayerLoader loader(*source, model, options);
   uint64_t state = 12345;
   auto next = [&] {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
@@ -434,12 +442,14 @@ TEST_P(LoaderStress, RandomOrdersAndWrongAnnouncementsAlwaysYieldTheRightBytes) 
     }
     loader.set_continuation(next() % 2 == 0);
     const int unit = next() % units;
-    const UnitView& view = loader.acquire(unit);
-    const UnitTensors& tensors = layout.units[static_cast<size_t>(unit)];
-    const size_t matrix = layout.is_head(unit) ? static_cast<size_t>(kOutput) : static_cast<size_t>(kAttnQ);
-    const TensorSlice& slice = tensors.tensors[matrix];
-    ASSERT_EQ(std::memcmp(view.matrices[matrix].data, bytes.data() + slice.offset(), slice.bytes()), 0)
-        << "unit " << unit << " round " << round;
+    const UnitWeights& w = loader.acquire(unit);
+    // Every matrix of the unit holds the file's bytes.
+    for (const TensorSlice& slice : model.units[static_cast<size_t>(unit)].tensors) {
+      if (slice.spec->is_vector()) continue;
+      const WeightMatrix& m = w.*slice.spec->matrices[0].matrix;
+      ASSERT_EQ(std::memcmp(m.data, bytes.data() + slice.offset(), slice.bytes()), 0)
+          << "unit " << unit << " round " << round << " tensor " << slice.tensor->name;
+    }
     loader.release(unit);
   }
 }

@@ -6,27 +6,66 @@
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/matmul.h"
+#include "sipllm/error.h"
 
 namespace sipllm {
 namespace {
 
-// Elements of per-position work (norms, rope, SwiGLU) below which a chunk's
-// positions are processed on the calling thread alone.
+// Elements of per-position work (norms, rope, activations) below which a
+// chunk's positions are processed on the calling thread alone.
 constexpr size_t kParallelElements = 1 << 14;
 
 }  // namespace
 
-Transformer::Transformer(const ModelLayout& layout, LayerLoader& loader, ThreadPool& pool,
+Transformer::Transformer(const ModelDescription& model, LayerLoader& loader, ThreadPool& pool,
                          int prefill_chunk)
-    : layout_(layout),
-      config_(layout.config),
+    : model_(model),
+      shape_(model.shape),
       loader_(loader),
       pool_(pool),
-      chunk_(std::max(1, prefill_chunk)) {}
+      chunk_(std::max(1, prefill_chunk)) {
+  if (model.rope_factors != nullptr) {
+    rope_factors_ = loader.read_vector(*model.rope_factors);
+    for (size_t i = 0; i < rope_factors_.size(); ++i) {
+      if (!(rope_factors_[i] > 0) || !std::isfinite(rope_factors_[i])) {
+        throw Error(ErrorKind::kFormat, "tensor '" + model.rope_factors->name + "' element " + std::to_string(i) +
+                                            " = " + std::to_string(rope_factors_[i]) +
+                                            " must be a positive finite frequency factor");
+      }
+    }
+  }
+  for (const RotarySetup& setup : model.rotary) {
+    RopeParams p;
+    p.dims = shape_.rope_dims;
+    p.style = model.family->rope_style;
+    p.freq_base = setup.freq_base;
+    p.freq_scale = setup.freq_scale;
+    p.attn_factor = shape_.rope_attn_factor;
+    p.factors = rope_factors_.empty() ? nullptr : rope_factors_.data();
+    rope_.push_back(p);
+  }
+  rope_tables_.resize(rope_.size());
+}
+
+std::vector<int> Transformer::attention_windows() const {
+  std::vector<int> windows;
+  for (const LayerShape& layer : model_.layers) windows.push_back(layer.sliding_window ? shape_.sliding_window : 0);
+  return windows;
+}
+
+std::vector<int> Transformer::kv_capacity() const {
+  std::vector<int> capacity = attention_windows();
+  // A chunk writes all its keys before its first position attends, and that
+  // position still needs the window before it.
+  for (int& c : capacity) {
+    if (c > 0) c += chunk_ - 1;
+  }
+  return capacity;
+}
 
 void Transformer::prefill(const int32_t* tokens, int n, int start_pos, KvCache& cache,
                           std::vector<float>& logits, bool all_positions) {
-  const int n_layers = config_.n_layers;
+  const int n_layers = shape_.n_layers;
   const int n_chunks = (n + chunk_ - 1) / chunk_;
 
   // Tell the loader the whole sequence of units up front, so it can prefetch
@@ -35,13 +74,13 @@ void Transformer::prefill(const int32_t* tokens, int n, int start_pos, KvCache& 
   for (int c = 0; c < n_chunks; ++c) {
     for (int l = 0; l < n_layers; ++l) plan.push_back(l);
     if (all_positions || c == n_chunks - 1) {
-      for (int u = layout_.first_head_unit(); u < layout_.n_units(); ++u) plan.push_back(u);
+      for (int u = model_.first_head_unit(); u < model_.n_units(); ++u) plan.push_back(u);
     }
   }
   loader_.announce(plan);
 
-  const auto dim = static_cast<size_t>(config_.dim);
-  const auto vocab = static_cast<size_t>(config_.n_vocab);
+  const auto dim = static_cast<size_t>(shape_.dim);
+  const auto vocab = static_cast<size_t>(shape_.n_vocab);
   logits.assign(all_positions ? static_cast<size_t>(n) * vocab : vocab, 0.0f);
 
   for (int c = 0; c < n_chunks; ++c) {
@@ -53,23 +92,24 @@ void Transformer::prefill(const int32_t* tokens, int n, int start_pos, KvCache& 
     const size_t rows = static_cast<size_t>(m);
     x_.resize(rows * dim);
     xb_.resize(rows * dim);
-    q_.resize(rows * dim);
-    k_.resize(rows * static_cast<size_t>(config_.kv_dim()));
-    v_.resize(rows * static_cast<size_t>(config_.kv_dim()));
-    att_out_.resize(rows * dim);
+    q_.resize(rows * static_cast<size_t>(shape_.q_dim()));
+    k_.resize(rows * static_cast<size_t>(shape_.kv_dim()));
+    v_.resize(rows * static_cast<size_t>(shape_.kv_dim()));
+    att_out_.resize(rows * static_cast<size_t>(shape_.q_dim()));
     proj_.resize(rows * dim);
-    gate_.resize(rows * static_cast<size_t>(config_.hidden_dim));
-    up_.resize(rows * static_cast<size_t>(config_.hidden_dim));
-    const size_t rope_table = 2 * static_cast<size_t>(config_.rope_dims);
-    rope_tables_.resize(rows * rope_table);
-    for (int i = 0; i < m; ++i) {
-      rope_angles(pos0 + i, config_.rope_dims, config_.rope_freq_base, &rope_tables_[static_cast<size_t>(i) * rope_table]);
+    gate_.resize(rows * static_cast<size_t>(shape_.hidden_dim));
+    up_.resize(rows * static_cast<size_t>(shape_.hidden_dim));
+    const size_t table_size = 2 * static_cast<size_t>(shape_.rope_dims);
+    for (size_t r = 0; r < rope_.size(); ++r) {
+      rope_tables_[r].resize(rows * table_size);
+      for (int i = 0; i < m; ++i) rope_table(pos0 + i, rope_[r], &rope_tables_[r][static_cast<size_t>(i) * table_size]);
     }
 
     loader_.embed(tokens + first, m, x_.data());
+    if (model_.family->scale_embedding) scale_in_place(x_.data(), m * shape_.dim, std::sqrt(static_cast<float>(shape_.dim)));
 
     for (int l = 0; l < n_layers; ++l) {
-      const UnitView& w = loader_.acquire(l);
+      const UnitWeights& w = loader_.acquire(l);
       run_block(l, w, m, pos0, cache);
       loader_.release(l);
     }
@@ -90,66 +130,99 @@ void Transformer::for_each_position(int n, int width, const Fn& fn) {
   });
 }
 
-void Transformer::run_block(int layer, const UnitView& w, int n, int start_pos, KvCache& cache) {
-  const int dim = config_.dim;
-  const int kv_dim = config_.kv_dim();
-  const int hidden = config_.hidden_dim;
+void Transformer::run_block(int layer, const UnitWeights& w, int n, int start_pos, KvCache& cache) {
+  const ModelShape& s = shape_;
+  const LayerShape& this_layer = model_.layers[static_cast<size_t>(layer)];
+  const int dim = s.dim;
+  const int q_dim = s.q_dim();
+  const int kv_dim = s.kv_dim();
+  const int hidden = s.hidden_dim;
   const auto at = [](std::vector<float>& v, int row, int width) {
     return &v[static_cast<size_t>(row) * static_cast<size_t>(width)];
   };
+  // Each head of `vec` normalized on its own (Qwen 3, Gemma 3's Q/K norms).
+  const auto norm_heads = [&](float* vec, int n_heads, const float* weight) {
+    for (int h = 0; h < n_heads; ++h) {
+      float* head = vec + static_cast<size_t>(h) * static_cast<size_t>(s.head_dim);
+      rmsnorm(head, head, weight, s.head_dim, s.rms_eps);
+    }
+  };
+  // A branch's output joins the residual stream, normalized first where the
+  // family has a post-norm (Gemma).
+  const auto add_branch = [&](const float* post_norm) {
+    for_each_position(n, dim, [&](int i) {
+      if (post_norm != nullptr) rmsnorm(at(proj_, i, dim), at(proj_, i, dim), post_norm, dim, s.rms_eps);
+      add_in_place(at(x_, i, dim), at(proj_, i, dim), dim);
+    });
+  };
 
   // Attention.
-  for_each_position(n, dim, [&](int i) {
-    rmsnorm(at(xb_, i, dim), at(x_, i, dim), w.vectors[kAttnNorm], dim, config_.rms_eps);
-  });
+  for_each_position(n, dim, [&](int i) { rmsnorm(at(xb_, i, dim), at(x_, i, dim), w.attn_norm, dim, s.rms_eps); });
   activations_.reset(xb_.data(), n, dim);
-  matmul(w.matrices[kAttnQ], activations_, q_.data(), pool_);
-  matmul(w.matrices[kAttnK], activations_, k_.data(), pool_);
-  matmul(w.matrices[kAttnV], activations_, v_.data(), pool_);
-  for_each_position(n, dim + kv_dim, [&](int i) {
-    const int pos = start_pos + i;
-    const float* table = at(rope_tables_, i, 2 * config_.rope_dims);
-    rope_rotate(at(q_, i, dim), config_.n_heads, config_.head_dim, config_.rope_dims, table);
-    rope_rotate(at(k_, i, kv_dim), config_.n_kv_heads, config_.head_dim, config_.rope_dims, table);
-    std::copy_n(at(k_, i, kv_dim), kv_dim, cache.key(layer, pos));
-    std::copy_n(at(v_, i, kv_dim), kv_dim, cache.value(layer, pos));
+  matmul(w.attn_q, activations_, q_.data(), pool_);
+  matmul(w.attn_k, activations_, k_.data(), pool_);
+  matmul(w.attn_v, activations_, v_.data(), pool_);
+  for_each_position(n, q_dim + 2 * kv_dim, [&](int i) {
+    float* q = at(q_, i, q_dim);
+    float* k = at(k_, i, kv_dim);
+    float* v = at(v_, i, kv_dim);
+    if (w.attn_q_bias != nullptr) add_in_place(q, w.attn_q_bias, q_dim);
+    if (w.attn_k_bias != nullptr) add_in_place(k, w.attn_k_bias, kv_dim);
+    if (w.attn_v_bias != nullptr) add_in_place(v, w.attn_v_bias, kv_dim);
+    if (w.attn_q_norm != nullptr) norm_heads(q, s.n_heads, w.attn_q_norm);
+    if (w.attn_k_norm != nullptr) norm_heads(k, s.n_kv_heads, w.attn_k_norm);
+    if (this_layer.rotary >= 0) {
+      const auto r = static_cast<size_t>(this_layer.rotary);
+      const float* table = at(rope_tables_[r], i, 2 * s.rope_dims);
+      rope_rotate(q, s.n_heads, s.head_dim, rope_[r], table);
+      rope_rotate(k, s.n_kv_heads, s.head_dim, rope_[r], table);
+    }
+    cache.store(layer, start_pos + i, k, v);
   });
-  const AttentionShape shape{config_.n_heads, config_.n_kv_heads, config_.head_dim};
+  AttentionShape shape;
+  shape.n_heads = s.n_heads;
+  shape.n_kv_heads = s.n_kv_heads;
+  shape.head_dim = s.head_dim;
+  shape.scale = s.attention_scale;
+  shape.softcap = s.attn_softcap;
+  shape.window = this_layer.sliding_window ? s.sliding_window : 0;
   attention(q_.data(), n, start_pos, cache, layer, shape, att_out_.data(), pool_, scores_);
-  activations_.reset(att_out_.data(), n, dim);
-  matmul(w.matrices[kAttnOutput], activations_, proj_.data(), pool_);
-  for_each_position(n, dim, [&](int i) { add_in_place(at(x_, i, dim), at(proj_, i, dim), dim); });
+  activations_.reset(att_out_.data(), n, q_dim);
+  matmul(w.attn_output, activations_, proj_.data(), pool_);
+  add_branch(w.post_attention_norm);
 
   // Feed-forward.
-  for_each_position(n, dim, [&](int i) {
-    rmsnorm(at(xb_, i, dim), at(x_, i, dim), w.vectors[kFfnNorm], dim, config_.rms_eps);
-  });
+  for_each_position(n, dim, [&](int i) { rmsnorm(at(xb_, i, dim), at(x_, i, dim), w.ffn_norm, dim, s.rms_eps); });
   activations_.reset(xb_.data(), n, dim);
-  matmul(w.matrices[kFfnGate], activations_, gate_.data(), pool_);
-  matmul(w.matrices[kFfnUp], activations_, up_.data(), pool_);
-  for_each_position(n, hidden, [&](int i) { swiglu(at(gate_, i, hidden), at(up_, i, hidden), hidden); });
+  matmul(w.ffn_gate, activations_, gate_.data(), pool_);
+  matmul(w.ffn_up, activations_, up_.data(), pool_);
+  const auto activate = model_.family->feed_forward == FeedForward::kGeluTanh ? gelu_tanh_glu : swiglu;
+  for_each_position(n, hidden, [&](int i) { activate(at(gate_, i, hidden), at(up_, i, hidden), hidden); });
   activations_.reset(gate_.data(), n, hidden);
-  matmul(w.matrices[kFfnDown], activations_, proj_.data(), pool_);
-  for_each_position(n, dim, [&](int i) { add_in_place(at(x_, i, dim), at(proj_, i, dim), dim); });
+  matmul(w.ffn_down, activations_, proj_.data(), pool_);
+  add_branch(w.post_ffw_norm);
 }
 
 void Transformer::run_head(int first, int count, float* logits) {
-  const int dim = config_.dim;
+  const int dim = shape_.dim;
+  const int vocab = shape_.n_vocab;
   int row = 0;
-  for (int u = layout_.first_head_unit(); u < layout_.n_units(); ++u) {
-    const UnitView& w = loader_.acquire(u);
-    if (u == layout_.first_head_unit()) {
+  for (int u = model_.first_head_unit(); u < model_.n_units(); ++u) {
+    const UnitWeights& w = loader_.acquire(u);
+    if (u == model_.first_head_unit()) {
       for (int i = 0; i < count; ++i) {
-        rmsnorm(&xb_[static_cast<size_t>(i) * dim], &x_[static_cast<size_t>(first + i) * dim],
-                w.vectors[kOutputNorm], dim, config_.rms_eps);
+        rmsnorm(&xb_[static_cast<size_t>(i) * dim], &x_[static_cast<size_t>(first + i) * dim], w.output_norm, dim,
+                shape_.rms_eps);
       }
+      activations_.reset(xb_.data(), count, dim);
     }
-    if (u == layout_.first_head_unit()) activations_.reset(xb_.data(), count, dim);
     // This piece's rows of every position's logits.
-    const WeightMatrix& output = w.matrices[kOutput];
-    matmul(output, activations_, logits + row, pool_, config_.n_vocab);
-    row += output.rows;
+    matmul(w.output, activations_, logits + row, pool_, vocab);
+    row += w.output.rows;
     loader_.release(u);
+  }
+  if (shape_.final_softcap > 0) {
+    for (int i = 0; i < count; ++i) softcap(logits + static_cast<size_t>(i) * vocab, vocab, shape_.final_softcap);
   }
 }
 

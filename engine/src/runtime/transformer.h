@@ -1,4 +1,6 @@
-// The llama forward pass over streamed weights.
+// The forward pass over streamed weights, for every family the model
+// description knows (model/families.cpp): the variants are switches read from
+// the description and weights that a family has or lacks.
 //
 // prefill() is layer-major: for each block it acquires the block's weights
 // once and sweeps every position of the chunk through it, then releases it.
@@ -11,16 +13,18 @@
 #include <vector>
 
 #include "kernels/activation_quant.h"
+#include "kernels/rope.h"
+#include "model/model_description.h"
 #include "runtime/kv_cache.h"
 #include "runtime/layer_loader.h"
-#include "model/model_layout.h"
 #include "runtime/thread_pool.h"
 
 namespace sipllm {
 
 class Transformer {
  public:
-  Transformer(const ModelLayout& layout, LayerLoader& loader, ThreadPool& pool, int prefill_chunk);
+  // Reads the model's rope factors (a few floats) through the loader.
+  Transformer(const ModelDescription& model, LayerLoader& loader, ThreadPool& pool, int prefill_chunk);
 
   // Runs tokens[0..n) at positions start_pos.. through the model, writing
   // their keys and values into `cache`. Fills `logits` with the last
@@ -31,8 +35,15 @@ class Transformer {
 
   int prefill_chunk() const { return chunk_; }
 
+  // Positions each layer's keys and values must be kept for: a sliding-window
+  // layer needs its window plus what one prefill chunk writes before it
+  // attends; 0: every position.
+  std::vector<int> kv_capacity() const;
+  // Positions each layer's queries see; 0: every position before them.
+  std::vector<int> attention_windows() const;
+
  private:
-  void run_block(int layer, const UnitView& w, int n, int start_pos, KvCache& cache);
+  void run_block(int layer, const UnitWeights& w, int n, int start_pos, KvCache& cache);
   // Calls fn(i) for each position i < n of the chunk, spread over the pool
   // when the chunk is long enough to pay for it.
   template <class Fn>
@@ -41,17 +52,20 @@ class Transformer {
   // chunk, streaming the head's pieces in turn.
   void run_head(int first, int count, float* logits);
 
-  const ModelLayout& layout_;
-  const LlamaConfig& config_;
+  const ModelDescription& model_;
+  const ModelShape& shape_;
   LayerLoader& loader_;
   ThreadPool& pool_;
   int chunk_;
+  std::vector<float> rope_factors_;
+  std::vector<RopeParams> rope_;  // one per rotary setup of the description
 
   // Activations for one chunk of positions, row-major [position][feature].
   std::vector<float> x_, xb_, q_, k_, v_, att_out_, proj_, gate_, up_;
-  std::vector<float> rope_tables_;   // [position][2 * rope_dims]: see rope_angles()
-  Activations activations_;          // the current matmul input, quantized once for all its users
-  std::vector<float> scores_;        // [thread][context position]
+  // Per rotary setup, per position: see rope_table().
+  std::vector<std::vector<float>> rope_tables_;
+  Activations activations_;    // the current matmul input, quantized once for all its users
+  std::vector<float> scores_;  // [thread][context position]
 };
 
 }  // namespace sipllm

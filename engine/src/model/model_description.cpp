@@ -1,0 +1,402 @@
+#include "model/model_description.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "sipllm/error.h"
+
+namespace sipllm {
+namespace {
+
+[[noreturn]] void format_error(const std::string& message) {
+  throw Error(ErrorKind::kFormat, message);
+}
+
+[[noreturn]] void unsupported(const std::string& message) {
+  throw Error(ErrorKind::kUnsupported, message);
+}
+
+std::string shape_text(const std::vector<uint64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+std::string number_text(double value) {
+  std::string s = std::to_string(value);
+  s.erase(s.find_last_not_of('0') + 1);
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+
+// Reads the hyper-parameters under the file's own "{arch}." prefix.
+class KeyReader {
+ public:
+  KeyReader(const GgufFile& file, const std::string& architecture)
+      : file_(file), prefix_(architecture + ".") {}
+
+  std::string key(const std::string& name) const { return prefix_ + name; }
+  bool has(const std::string& name) const { return file_.find(key(name)) != nullptr; }
+
+  // A count or size: a positive integer of sane magnitude.
+  int size(const std::string& name) const { return checked_size(name, file_.require_uint(key(name))); }
+  int size(const std::string& name, int fallback) const {
+    return has(name) ? size(name) : fallback;
+  }
+
+  // A positive finite number.
+  float positive(const std::string& name, double fallback) const {
+    return has(name) ? positive(name) : static_cast<float>(fallback);
+  }
+  float positive(const std::string& name) const {
+    const GgufValue* v = file_.find(key(name));
+    double value = 0;
+    if (v != nullptr && v->is_integer()) {
+      value = static_cast<double>(v->integer);
+    } else {
+      value = file_.require_real(key(name));
+    }
+    if (!std::isfinite(value) || !(value > 0) || value > 3.4e38) {
+      format_error("metadata key '" + key(name) + "' = " + number_text(value) +
+                   " must be a positive finite number");
+    }
+    return static_cast<float>(value);
+  }
+
+  // A window length: a positive integer, whether stored as one or as a float.
+  int whole(const std::string& name) const {
+    const float value = positive(name);
+    if (value != std::floor(value) || value > static_cast<float>(1 << 30)) {
+      format_error("metadata key '" + key(name) + "' = " + number_text(value) + " must be a whole number of positions");
+    }
+    return static_cast<int>(value);
+  }
+
+ private:
+  int checked_size(const std::string& name, uint64_t value) const {
+    if (value == 0 || value > (1u << 30)) {
+      format_error("metadata key '" + key(name) + "' = " + std::to_string(value) + " is out of range");
+    }
+    return static_cast<int>(value);
+  }
+
+  const GgufFile& file_;
+  std::string prefix_;
+};
+
+std::string supported_list() {
+  std::string list;
+  for (const Family& f : supported_families()) list += (list.empty() ? "" : ", ") + f.architecture;
+  return list;
+}
+
+ModelShape read_shape(const GgufFile& file, const Family& family, int context_length) {
+  const KeyReader keys(file, family.architecture);
+  ModelShape s;
+  s.dim = keys.size("embedding_length");
+  s.n_layers = keys.size("block_count");
+  s.hidden_dim = keys.size("feed_forward_length");
+  s.n_heads = keys.size("attention.head_count");
+  s.n_kv_heads = keys.size("attention.head_count_kv", s.n_heads);
+  s.trained_context_length = keys.size("context_length");
+  s.rms_eps = keys.positive("attention.layer_norm_rms_epsilon");
+  if (s.n_heads % s.n_kv_heads != 0) {
+    format_error(keys.key("attention.head_count") + " " + std::to_string(s.n_heads) + " is not a multiple of " +
+                 keys.key("attention.head_count_kv") + " " + std::to_string(s.n_kv_heads));
+  }
+  if (!keys.has("attention.key_length") && s.dim % s.n_heads != 0) {
+    format_error(keys.key("embedding_length") + " " + std::to_string(s.dim) + " is not divisible by " +
+                 keys.key("attention.head_count") + " " + std::to_string(s.n_heads) +
+                 " and the file gives no attention.key_length");
+  }
+  s.head_dim = keys.size("attention.key_length", s.dim / std::max(1, s.n_heads));
+  if (keys.size("attention.value_length", s.head_dim) != s.head_dim) {
+    unsupported(keys.key("attention.value_length") + " differs from attention.key_length");
+  }
+  if (file.get_uint(keys.key("expert_count"), 0) > 0) {
+    unsupported("mixture-of-experts models (" + keys.key("expert_count") + ") are not supported");
+  }
+
+  // Rotary embedding.
+  s.rope_dims = keys.size("rope.dimension_count", s.head_dim);
+  if (s.rope_dims > s.head_dim || s.rope_dims % 2 != 0) {
+    format_error(keys.key("rope.dimension_count") + " " + std::to_string(s.rope_dims) +
+                 " must be even and at most the head size " + std::to_string(s.head_dim));
+  }
+  s.rope_freq_base = keys.positive("rope.freq_base", 10000.0);
+  // As llama.cpp: a scaling factor without a type is linear; "none" turns it
+  // off; LongRoPE's factors are tensors (RopeFactors::kLongShort).
+  const std::string scaling = file.get_string(keys.key("rope.scaling.type"), "linear");
+  float factor = 1.0f;
+  if (keys.has("rope.scaling.factor")) {
+    factor = keys.positive("rope.scaling.factor");
+  } else if (keys.has("rope.scale_linear")) {
+    factor = keys.positive("rope.scale_linear");
+  }
+  if (scaling == "linear") {
+    s.rope_freq_scale = 1.0f / factor;
+  } else if (scaling != "none" && scaling != "longrope") {
+    unsupported(keys.key("rope.scaling.type") + " '" + scaling + "' is not supported (linear, none)");
+  }
+  s.rope_attn_factor = keys.positive("rope.scaling.attn_factor", 1.0);
+  s.rope_original_context = keys.size("rope.scaling.original_context_length", s.trained_context_length);
+
+  // Attention variants.
+  if (family.sliding_window_pattern > 0) {
+    s.sliding_window = keys.has("attention.sliding_window") ? keys.whole("attention.sliding_window")
+                                                            : family.sliding_window_default;
+    if (family.local_rope_base > 0) {
+      s.local_rope_freq_base = keys.positive("rope.freq_base_swa", family.local_rope_base);
+    }
+  }
+  if (family.attn_softcap_default > 0) {
+    s.attn_softcap = keys.positive("attn_logit_softcapping", family.attn_softcap_default);
+  }
+  if (family.final_softcap_default > 0) {
+    s.final_softcap = keys.positive("final_logit_softcapping", family.final_softcap_default);
+  }
+  s.attention_scale = family.attention_scale != nullptr
+                          ? family.attention_scale(s)
+                          : 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+
+  if (context_length < 0) throw Error(ErrorKind::kInvalidArgument, "context_length must be >= 0");
+  s.context_length = context_length > 0 ? std::min(context_length, s.trained_context_length)
+                                        : s.trained_context_length;
+  return s;
+}
+
+// Layer il's variant: whether it slides, which rotary setup it uses.
+void describe_layers(const Family& family, ModelDescription& d) {
+  const ModelShape& s = d.shape;
+  const RotarySetup global{s.rope_freq_base, s.rope_freq_scale};
+  const RotarySetup local{s.local_rope_freq_base, 1.0f};
+  for (int il = 0; il < s.n_layers; ++il) {
+    LayerShape layer;
+    const int pattern = family.sliding_window_pattern;
+    layer.sliding_window = s.sliding_window > 0 && pattern > 0 && il % pattern < pattern - 1;
+    const bool rotates = family.no_rope_every == 0 || (il + 1) % family.no_rope_every != 0;
+    if (!rotates) {
+      layer.rotary = -1;
+    } else {
+      const RotarySetup setup = layer.sliding_window && s.local_rope_freq_base > 0 ? local : global;
+      auto found = std::find(d.rotary.begin(), d.rotary.end(), setup);
+      if (found == d.rotary.end()) found = d.rotary.insert(d.rotary.end(), setup);
+      layer.rotary = static_cast<int>(found - d.rotary.begin());
+    }
+    d.layers.push_back(layer);
+  }
+}
+
+const GgufTensorInfo* check_shape(const GgufTensorInfo* t, const std::vector<uint64_t>& expected) {
+  // Trailing dimensions of 1 are insignificant.
+  std::vector<uint64_t> dims = t->dims;
+  while (dims.size() > expected.size() && dims.back() == 1) dims.pop_back();
+  if (dims != expected) {
+    format_error("tensor '" + t->name + "' has shape " + shape_text(t->dims) + ", expected " +
+                 shape_text(expected) + " from the hyper-parameters");
+  }
+  return t;
+}
+
+// Vectors (norms, biases, rope factors) are applied as floats; the loader
+// converts F16/BF16 ones, but block-quantized vectors are refused.
+void require_float_vector(const GgufTensorInfo* t) {
+  if (t->type != TensorType::kF32 && t->type != TensorType::kF16 && t->type != TensorType::kBF16) {
+    unsupported("tensor '" + t->name + "' is a vector stored as " + tensor_type_name(t->type_id) +
+                "; vectors must be F32, F16 or BF16");
+  }
+}
+
+// The shared head specs: the final norm and the output matrix.
+const TensorSpec& output_norm_spec() {
+  static const TensorSpec spec{.name = "output_norm.weight", .shape = {Dim::kEmbd},
+                               .vector = &UnitWeights::output_norm};
+  return spec;
+}
+const TensorSpec& output_spec() {
+  static const TensorSpec spec{.name = "output.weight", .shape = {Dim::kEmbd, Dim::kVocab},
+                               .matrices = {{&UnitWeights::output, Dim::kVocab}}};
+  return spec;
+}
+
+class TensorFinder {
+ public:
+  TensorFinder(const GgufFile& file, const ModelShape& shape) : file_(file), shape_(shape) {}
+
+  // The tensor `name` with `spec`'s shape; null when absent and optional.
+  const GgufTensorInfo* find(const std::string& name, const TensorSpec& spec) {
+    const GgufTensorInfo* t = file_.find_tensor(name);
+    if (t == nullptr) {
+      if (spec.required) format_error("missing tensor '" + name + "'");
+      return nullptr;
+    }
+    std::vector<uint64_t> expected;
+    for (Dim d : spec.shape) expected.push_back(shape_.size(d));
+    check_shape(t, expected);
+    if (spec.is_vector()) require_float_vector(t);
+    used_.insert(name);
+    return t;
+  }
+
+  const GgufTensorInfo* find_vector(const std::string& name, uint64_t length) {
+    const GgufTensorInfo* t = file_.find_tensor(name);
+    if (t == nullptr) return nullptr;
+    check_shape(t, {length});
+    require_float_vector(t);
+    used_.insert(name);
+    return t;
+  }
+
+  void mark_used(const std::string& name) { used_.insert(name); }
+
+  // A tensor the family's graph does not use (a bias, an extra norm) would
+  // change the output if ignored, so refuse rather than guess.
+  void refuse_unused(const std::string& architecture) const {
+    for (const GgufTensorInfo& t : file_.tensors()) {
+      if (used_.count(t.name) == 0) {
+        unsupported("tensor '" + t.name + "' is not part of the " + architecture +
+                    " architecture as this engine runs it");
+      }
+    }
+  }
+
+ private:
+  const GgufFile& file_;
+  const ModelShape& shape_;
+  std::set<std::string> used_;
+};
+
+}  // namespace
+
+uint64_t ModelShape::size(Dim d) const {
+  switch (d) {
+    case Dim::kEmbd: return static_cast<uint64_t>(dim);
+    case Dim::kHeadDim: return static_cast<uint64_t>(head_dim);
+    case Dim::kQ: return static_cast<uint64_t>(q_dim());
+    case Dim::kKv: return static_cast<uint64_t>(kv_dim());
+    case Dim::kQkv: return static_cast<uint64_t>(q_dim()) + 2 * static_cast<uint64_t>(kv_dim());
+    case Dim::kFf: return static_cast<uint64_t>(hidden_dim);
+    case Dim::kFf2: return 2 * static_cast<uint64_t>(hidden_dim);
+    case Dim::kVocab: return static_cast<uint64_t>(n_vocab);
+  }
+  return 0;
+}
+
+uint64_t ModelDescription::weight_bytes() const {
+  uint64_t total = 0;
+  for (const UnitTensors& unit : units) total += unit.bytes;
+  if (!tied_output) total += token_embd->bytes;
+  return total;
+}
+
+std::vector<std::pair<std::string, double>> ModelDescription::hyperparameters() const {
+  const ModelShape& s = shape;
+  std::vector<std::pair<std::string, double>> list = {
+      {"n_layers", s.n_layers},
+      {"dim", s.dim},
+      {"hidden_dim", s.hidden_dim},
+      {"n_heads", s.n_heads},
+      {"n_kv_heads", s.n_kv_heads},
+      {"head_dim", s.head_dim},
+      {"n_vocab", s.n_vocab},
+      {"context_length", s.context_length},
+      {"trained_context_length", s.trained_context_length},
+      {"rms_eps", s.rms_eps},
+      {"rope_dims", s.rope_dims},
+      {"rope_freq_base", s.rope_freq_base},
+  };
+  if (s.rope_freq_scale != 1.0f) list.emplace_back("rope_freq_scale", s.rope_freq_scale);
+  if (s.rope_attn_factor != 1.0f) list.emplace_back("rope_attn_factor", s.rope_attn_factor);
+  if (s.sliding_window > 0) list.emplace_back("sliding_window", s.sliding_window);
+  if (s.local_rope_freq_base > 0) list.emplace_back("local_rope_freq_base", s.local_rope_freq_base);
+  if (s.attn_softcap > 0) list.emplace_back("attn_softcap", s.attn_softcap);
+  if (s.final_softcap > 0) list.emplace_back("final_softcap", s.final_softcap);
+  return list;
+}
+
+ModelDescription describe_model(const GgufFile& file, int context_length) {
+  ModelDescription d;
+  d.architecture = file.require_string("general.architecture");
+  d.family = find_family(d.architecture);
+  if (d.family == nullptr) {
+    unsupported("architecture '" + d.architecture + "' (general.architecture) is not supported; this engine runs " +
+                supported_list());
+  }
+  const Family& family = *d.family;
+  d.name = file.get_string("general.name", "");
+  d.shape = read_shape(file, family, context_length);
+  ModelShape& s = d.shape;
+
+  const GgufTensorInfo* embd = file.find_tensor("token_embd.weight");
+  if (embd == nullptr) format_error("missing tensor 'token_embd.weight'");
+  if (embd->dims.size() < 2 || embd->dims[0] != static_cast<uint64_t>(s.dim)) {
+    format_error("tensor 'token_embd.weight' has shape " + shape_text(embd->dims) + ", expected [" +
+                 std::to_string(s.dim) + ", n_vocab]");
+  }
+  if (embd->dims[1] == 0 || embd->dims[1] > (1u << 30)) format_error("tensor 'token_embd.weight' has no usable rows");
+  s.n_vocab = static_cast<int>(embd->dims[1]);
+  d.token_embd = check_shape(embd, {s.size(Dim::kEmbd), s.size(Dim::kVocab)});
+  describe_layers(family, d);
+
+  TensorFinder tensors(file, s);
+  tensors.mark_used("token_embd.weight");
+
+  // Per-pair rotary frequency divisors, which the rope tables fold in.
+  const uint64_t pairs = static_cast<uint64_t>(s.rope_dims / 2);
+  if (family.rope_factors == RopeFactors::kFreqs) {
+    d.rope_factors = tensors.find_vector("rope_freqs.weight", pairs);
+  } else if (family.rope_factors == RopeFactors::kLongShort) {
+    const GgufTensorInfo* long_factors = tensors.find_vector("rope_factors_long.weight", pairs);
+    const GgufTensorInfo* short_factors = tensors.find_vector("rope_factors_short.weight", pairs);
+    if ((long_factors == nullptr) != (short_factors == nullptr)) {
+      format_error("a file with rope_factors_long.weight must have rope_factors_short.weight too, and "
+                   "the other way round");
+    }
+    // As llama.cpp: the long factors once the context exceeds the trained
+    // original context.
+    d.rope_factors = s.context_length > s.rope_original_context ? long_factors : short_factors;
+  }
+
+  auto whole = [](const GgufTensorInfo* t, const TensorSpec* spec) {
+    return TensorSlice{t, spec, 0, t == nullptr ? 0 : t->rows()};
+  };
+  uint64_t largest_block = 0;
+  for (int l = 0; l < s.n_layers; ++l) {
+    UnitTensors unit;
+    unit.name = "block " + std::to_string(l);
+    for (const TensorSpec& spec : family.block) {
+      const GgufTensorInfo* t = tensors.find("blk." + std::to_string(l) + "." + spec.name, spec);
+      if (t == nullptr) continue;
+      unit.tensors.push_back(whole(t, &spec));
+      unit.bytes += t->bytes;
+    }
+    largest_block = std::max(largest_block, unit.bytes);
+    d.units.push_back(std::move(unit));
+  }
+
+  const GgufTensorInfo* output_norm = tensors.find(output_norm_spec().name, output_norm_spec());
+  TensorSpec optional_output = output_spec();
+  optional_output.required = false;
+  const GgufTensorInfo* output = tensors.find(output_spec().name, optional_output);
+  d.tied_output = output == nullptr;
+  if (d.tied_output) output = embd;
+  const uint64_t row_bytes = output->bytes / output->rows();
+  const auto vocab = static_cast<uint64_t>(s.n_vocab);
+  d.head_rows_per_piece = std::min(vocab, std::max<uint64_t>(1, largest_block / row_bytes));
+  const uint64_t pieces = (vocab + d.head_rows_per_piece - 1) / d.head_rows_per_piece;
+  for (uint64_t k = 0; k < pieces; ++k) {
+    UnitTensors piece;
+    piece.name = pieces == 1 ? "output head" : "output head " + std::to_string(k + 1) + "/" + std::to_string(pieces);
+    const uint64_t first = k * d.head_rows_per_piece;
+    const uint64_t rows = std::min(d.head_rows_per_piece, vocab - first);
+    if (k == 0) piece.tensors.push_back(whole(output_norm, &output_norm_spec()));
+    piece.tensors.push_back(TensorSlice{output, &output_spec(), first, rows});
+    for (const TensorSlice& t : piece.tensors) piece.bytes += t.bytes();
+    d.units.push_back(std::move(piece));
+  }
+  tensors.refuse_unused(d.architecture);
+  return d;
+}
+
+}  // namespace sipllm

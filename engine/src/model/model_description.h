@@ -1,0 +1,189 @@
+// What a GGUF model is, read once from its header and checked against itself:
+// its family (families.cpp holds one description per architecture: the
+// block's tensors, the hyper-parameter switches, the variant math), its
+// hyper-parameters, what varies from layer to layer (sliding window, rotary
+// setup), and the stream units (each transformer block, then the output head
+// in pieces) with the tensors each one reads. Later stages trust every shape.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kernels/rope.h"
+#include "model/gguf.h"
+#include "model/unit_weights.h"
+
+namespace sipllm {
+
+// The gated feed-forward: down(act(gate(x)) * up(x)).
+enum class FeedForward { kSwiGlu, kGeluTanh };
+
+// Per-pair rotary frequency divisors a family may carry as tensors.
+enum class RopeFactors {
+  kNone,
+  kFreqs,      // rope_freqs.weight (Llama 3)
+  kLongShort,  // rope_factors_long / _short, chosen by the context length (Phi-3 LongRoPE)
+};
+
+// The sizes a tensor's shape is written in.
+enum class Dim {
+  kEmbd,     // embedding_length
+  kHeadDim,  // attention.key_length
+  kQ,        // head_count * head_dim
+  kKv,       // head_count_kv * head_dim
+  kQkv,      // kQ + 2 * kKv
+  kFf,       // feed_forward_length
+  kFf2,      // 2 * feed_forward_length (gate and up fused)
+  kVocab,
+};
+
+// One tensor a unit may hold, and where it lands in UnitWeights: a float
+// vector (norms, biases), or a matrix whose rows go in order to one or more
+// members (a fused tensor fills several).
+struct TensorSpec {
+  struct RowRange {
+    WeightMatrix UnitWeights::*matrix;
+    Dim rows;
+  };
+  std::string name;         // after "blk.N." for block tensors
+  std::vector<Dim> shape;   // GGUF order: the row length first
+  bool required = true;
+  const float* UnitWeights::*vector = nullptr;
+  std::vector<RowRange> matrices;
+
+  bool is_vector() const { return vector != nullptr; }
+};
+
+struct ModelShape;
+
+// One model family: everything that tells it apart, in one place.
+struct Family {
+  std::string architecture;       // general.architecture
+  std::vector<TensorSpec> block;  // a transformer block's tensors
+  RopeStyle rope_style = RopeStyle::kNormal;  // which elements pair up (kernels/rope.h)
+  RopeFactors rope_factors = RopeFactors::kNone;
+  FeedForward feed_forward = FeedForward::kSwiGlu;
+  bool scale_embedding = false;  // embeddings times sqrt(embedding_length) (Gemma)
+  // Sliding-window attention on layers il with il % pattern < pattern - 1;
+  // 0: none. The window is attention.sliding_window, or the default when the
+  // file has none (0: the key is required).
+  int sliding_window_pattern = 0;
+  int sliding_window_default = 0;
+  // Rope base of the sliding-window layers when the file has no
+  // rope.freq_base_swa; 0: those layers use the global rotary setup.
+  float local_rope_base = 0;
+  // Soft-capping, cap * tanh(x / cap), of the attention scores and of the
+  // final logits: the default when the file has no key; 0: the family has none.
+  float attn_softcap_default = 0;
+  float final_softcap_default = 0;
+  // Layers il with (il + 1) % n == 0 use no rotary embedding (SmolLM3); 0: all do.
+  int no_rope_every = 0;
+  // The scale of query . key; nullptr: 1 / sqrt(head_dim).
+  float (*attention_scale)(const ModelShape& shape) = nullptr;
+};
+
+// Every family the engine runs, and one by name (nullptr when unknown).
+const std::vector<Family>& supported_families();
+const Family* find_family(std::string_view architecture);
+
+struct ModelShape {
+  int n_layers = 0;
+  int dim = 0;         // embedding_length
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;    // attention.key_length (default embedding_length / head_count)
+  int hidden_dim = 0;  // feed_forward_length
+  int n_vocab = 0;     // rows of token_embd
+  int context_length = 0;          // the engine's, at most the trained one
+  int trained_context_length = 0;  // {arch}.context_length
+  float rms_eps = 0;
+  int rope_dims = 0;               // elements of each head that rotate
+  float rope_freq_base = 10000.0f;
+  float rope_freq_scale = 1.0f;    // 1 / rope.scaling.factor (linear scaling)
+  float rope_attn_factor = 1.0f;   // multiplies cos and sin (Phi-3 LongRoPE)
+  int rope_original_context = 0;   // rope.scaling.original_context_length
+  float local_rope_freq_base = 0;  // sliding-window layers' base; 0: the global one
+  int sliding_window = 0;          // positions a sliding-window layer sees; 0: none
+  float attn_softcap = 0;          // 0: off
+  float final_softcap = 0;         // 0: off
+  float attention_scale = 0;
+
+  int q_dim() const { return n_heads * head_dim; }
+  int kv_dim() const { return n_kv_heads * head_dim; }
+  uint64_t size(Dim d) const;
+};
+
+// A rotary setup some layers share; layers name theirs by index.
+struct RotarySetup {
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;
+
+  bool operator==(const RotarySetup&) const = default;
+};
+
+struct LayerShape {
+  bool sliding_window = false;  // sees only the last shape.sliding_window positions
+  int rotary = 0;               // index into ModelDescription::rotary; -1: no rotary embedding
+};
+
+// A tensor, or a run of whole rows of one, that a unit reads.
+struct TensorSlice {
+  const GgufTensorInfo* tensor = nullptr;  // null: this unit lacks the tensor
+  const TensorSpec* spec = nullptr;        // what it is
+  uint64_t first_row = 0;
+  uint64_t rows = 0;
+
+  uint64_t row_bytes() const { return tensor->bytes / tensor->rows(); }
+  uint64_t offset() const { return tensor->offset + first_row * row_bytes(); }
+  uint64_t bytes() const { return tensor == nullptr ? 0 : rows * row_bytes(); }
+};
+
+// One stream unit: a transformer block, or a piece of the output head. Its
+// tensors are read from the file together.
+struct UnitTensors {
+  std::string name;  // "block 3" or "output head 2/5"
+  std::vector<TensorSlice> tensors;
+  uint64_t bytes = 0;  // sum of the slices' bytes
+};
+
+struct ModelDescription {
+  const Family* family = nullptr;
+  std::string architecture;
+  std::string name;  // general.name, may be empty
+  ModelShape shape;
+  std::vector<LayerShape> layers;
+  std::vector<RotarySetup> rotary;
+  const GgufTensorInfo* token_embd = nullptr;
+  const GgufTensorInfo* rope_factors = nullptr;  // per-pair frequency divisors, or null
+  // Units 0 .. n_layers-1 are the blocks; the rest are the output head, cut
+  // into pieces of whole output rows no larger than a block, so the ring's
+  // buffers never need more than a block (a vocabulary-heavy head can be many
+  // blocks' worth). A head piece lists output_norm (the first piece only) and
+  // its rows of output (which is token_embd itself when the file ties them).
+  std::vector<UnitTensors> units;
+  bool tied_output = false;
+  uint64_t head_rows_per_piece = 0;
+
+  int first_head_unit() const { return shape.n_layers; }
+  int n_units() const { return static_cast<int>(units.size()); }
+  bool is_head(int unit) const { return unit >= shape.n_layers; }
+  uint64_t weight_bytes() const;  // every unit plus an untied embedding table
+  // The hyper-parameters by name ("n_layers", "sliding_window", ...), the
+  // ones that apply to this model, for ModelInfo.
+  std::vector<std::pair<std::string, double>> hyperparameters() const;
+};
+
+// context_length: the context the engine will run (0: the model's own); it
+// caps the model's and picks Phi-3's long or short rope factors, as llama.cpp
+// picks them by its context size.
+//
+// Throws Error: kUnsupported for an unknown architecture (naming the supported
+// ones) or a feature the engine lacks, kFormat naming the key or tensor for
+// missing keys, missing tensors, shapes that contradict the hyper-parameters
+// and values out of range.
+ModelDescription describe_model(const GgufFile& file, int context_length = 0);
+
+}  // namespace sipllm
