@@ -18,7 +18,7 @@
 #   - --like-llama-cpp (rounding where llama.cpp's CPU code rounds): asserted,
 #     RMS/sd <= 0.03 and top-1 at every clear position. Here most positions
 #     reproduce llama.cpp's logits to float32 precision; a misplaced norm,
-#     window, rope layout or soft-cap costs 0.05-0.5.
+#     window, rope layout or soft-cap costs 0.048-0.5.
 set -eu
 python=$1 model=$2
 here=$(dirname "$0")

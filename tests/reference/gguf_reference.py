@@ -387,13 +387,16 @@ class Model:
             self.swa_freq_base = hp('rope.freq_base_swa', self.freq_base, float)
             self.swa_freq_scale = self.freq_scale
 
-        # Attention scale and soft-capping. Gemma scales Q itself (and the
-        # product by 1); everyone else scales Q.K by 1/sqrt(head_dim).
+        # Attention scale and soft-capping. Gemma and phi3 scale Q itself (and
+        # the product by 1); the others scale Q.K by 1/sqrt(head_dim). The
+        # same in exact arithmetic, not once Q is rounded to float16.
         self.gemma = fam.get('gemma', False)
         if self.gemma:
             size = (self.dim // self.n_head if self.n_layers == GEMMA_27B_LAYERS[arch]
                     else self.head_dim)
             self.q_scale, self.kq_scale = 1.0 / math.sqrt(size), 1.0
+        elif arch == 'phi3':
+            self.q_scale, self.kq_scale = 1.0 / math.sqrt(self.head_dim), 1.0
         else:
             self.q_scale, self.kq_scale = 1.0, 1.0 / math.sqrt(self.head_dim)
         self.attn_softcap = self.final_softcap = 0.0
