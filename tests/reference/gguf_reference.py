@@ -1,10 +1,11 @@
 #!/usr/bin/python3
-"""Independent numpy reference for Llama-architecture GGUF models.
+"""Independent numpy reference forward pass for GGUF models.
 
 Reads the GGUF file itself, dequantises the weights and runs a plain
-token-at-a-time Llama forward pass in float64 (or float32 with --float32).
-It shares no code with the engine, so the engine's logits can be checked
-against it.  Needs only Python 3 and numpy.
+token-at-a-time forward pass in float64 (or float32 with --float32) for the
+llama, smollm3, qwen2, qwen3, gemma2, gemma3 and phi3 families, each as
+llama.cpp computes it.  It shares no code with the engine, so the engine's
+logits can be checked against it.  Needs only Python 3 and numpy.
 
   gguf_reference.py MODEL.gguf --tokens "1 2 3" --out LOGITS.bin
   gguf_reference.py MODEL.gguf --tokens "1" --greedy 200 [--decode]
@@ -256,21 +257,64 @@ def dequantize(raw, ttype):
 
 
 # ----------------------------------------------------------------------------
-# Llama model
+# The model families, as llama.cpp builds their graphs
 
-class Llama:
-    def __init__(self, gguf, dtype=np.float64, q8_activations=False):
+# general.architecture -> what sets it apart from the plain Llama block
+# (pre-norm RMSNorm attention and SwiGLU feed-forward, each added to the
+# residual stream). 'rope' is the rotary layout: 'norm' rotates adjacent pairs
+# (2i, 2i+1) of each head, 'neox' rotates (i, i + n_rot/2).
+FAMILIES = {
+    'llama':   dict(rope='norm'),                # optional rope_freqs.weight (Llama 3)
+    'smollm3': dict(rope='norm', nope_step=4),   # no RoPE where (il + 1) % 4 == 0
+    'qwen2':   dict(rope='neox', qkv_bias=True),
+    'qwen3':   dict(rope='neox', qk_norm=True),
+    'gemma2':  dict(rope='neox', gemma=True, swa_pattern=2),
+    'gemma3':  dict(rope='neox', gemma=True, qk_norm=True, swa_pattern=6),
+    'phi3':    dict(rope='neox', fused=True),    # attn_qkv, gate+up in ffn_up, LongRoPE
+}
+
+# llama.cpp gives the Gemma 27B models (and only them) a different attention
+# scale; it recognises them by their layer count.
+GEMMA_27B_LAYERS = {'gemma2': 46, 'gemma3': 62}
+
+GELU_COEF_A = 0.044715
+SQRT_2_OVER_PI = 0.79788456080286535587989211986876
+
+
+def round_f16(x):
+    """x as float16 holds it. ggml rounds float32 values, so go through
+    float32 first: float64 -> float16 directly could round a tie differently."""
+    return x.astype(np.float32).astype(np.float16).astype(x.dtype)
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(SQRT_2_OVER_PI * x * (1 + GELU_COEF_A * x * x)))
+
+
+def gelu_f16_table(x):
+    """ggml's CPU GELU: outside (-10, 10) it is 0 or x, inside it looks the
+    float16 of x up in a table of float16(gelu(x))."""
+    inner = round_f16(gelu_tanh(round_f16(x)))
+    return np.where(x <= -10, 0.0, np.where(x >= 10, x, inner)).astype(x.dtype)
+
+
+class Model:
+    def __init__(self, gguf, dtype=np.float64, q8_activations=False, n_ctx=None,
+                 like_llama_cpp=False):
         md = gguf.metadata
         arch = md.get('general.architecture')
-        if arch != 'llama':
-            raise GGUFError(f"general.architecture is {arch!r}, only 'llama' is supported")
+        if arch not in FAMILIES:
+            raise GGUFError(f"general.architecture is {arch!r}; supported: "
+                            f"{', '.join(FAMILIES)}")
+        self.arch = arch
+        fam = FAMILIES[arch]
 
         def hp(key, default=None, kind=int):
-            v = md.get('llama.' + key, default)
+            v = md.get(f'{arch}.{key}', default)
             if v is None:
-                raise GGUFError(f"missing metadata llama.{key}")
+                raise GGUFError(f"missing metadata {arch}.{key}")
             if isinstance(v, (str, list, np.ndarray)):
-                raise GGUFError(f"metadata llama.{key} is {v!r:.40}, expected a number")
+                raise GGUFError(f"metadata {arch}.{key} is {v!r:.40}, expected a number")
             return kind(v)
 
         self.dim = hp('embedding_length')
@@ -279,21 +323,90 @@ class Llama:
         self.n_head = hp('attention.head_count')
         self.n_kv = hp('attention.head_count_kv', self.n_head)
         self.eps = hp('attention.layer_norm_rms_epsilon', kind=float)
-        self.freq_base = hp('rope.freq_base', 10000.0, float)
-        self.n_ctx = hp('context_length')
+        self.n_ctx_train = hp('context_length')
+        # llama.cpp runs at the context length it is given; some choices
+        # (LongRoPE's factors) depend on it. Default: the model's own.
+        self.n_ctx = n_ctx if n_ctx is not None else self.n_ctx_train
         self.head_dim = hp('attention.key_length', self.dim // self.n_head)
         self.n_rot = hp('rope.dimension_count', self.head_dim)
         # Features that would change the maths: refuse rather than be silently wrong.
         if hp('attention.value_length', self.head_dim) != self.head_dim:
-            raise GGUFError("llama.attention.value_length != key_length is not supported")
+            raise GGUFError(f"{arch}.attention.value_length != key_length is not supported")
         if hp('expert_count', 0):
-            raise GGUFError("mixture-of-experts llama (llama.expert_count > 0) is not supported")
-        if md.get('llama.rope.scaling.type', 'none') != 'none':
-            raise GGUFError(f"llama.rope.scaling.type={md['llama.rope.scaling.type']!r} "
-                            "is not supported")
+            raise GGUFError(f"mixture-of-experts {arch} ({arch}.expert_count > 0) is not supported")
         if self.n_head % self.n_kv or self.n_rot % 2 or self.n_rot > self.head_dim:
             raise GGUFError(f"inconsistent heads: head_count={self.n_head} head_count_kv="
                             f"{self.n_kv} head_dim={self.head_dim} rope dims={self.n_rot}")
+        if arch == 'llama' and self.n_rot != self.head_dim:
+            raise GGUFError("llama.rope.dimension_count must equal the head size "
+                            "(llama.cpp refuses the file otherwise)")
+
+        # RoPE. llama.cpp reads a missing scaling type as "linear"; the factor
+        # (if any) divides every frequency, except with type "none". YaRN and
+        # the other types change the rotation itself: refused.
+        self.rope_mode = fam['rope']
+        self.freq_base = hp('rope.freq_base', 10000.0, float)
+        scaling = md.get(f'{arch}.rope.scaling.type', 'linear')
+        factor = hp('rope.scaling.factor', 0.0, float)
+        if not factor:
+            factor = hp('rope.scale_linear', 0.0, float)  # the older key
+        if scaling == 'none':
+            self.freq_scale = 1.0
+        elif scaling in ('linear', 'longrope'):
+            self.freq_scale = 1.0 / factor if factor else 1.0
+        else:
+            raise GGUFError(f"{arch}.rope.scaling.type={scaling!r} is not supported "
+                            "(only none, linear and longrope)")
+        # rope.scaling.attn_factor multiplies cos and sin (so Q and K) everywhere
+        self.rope_mscale = hp('rope.scaling.attn_factor', 1.0, float)
+        self.n_ctx_orig = hp('rope.scaling.original_context_length', self.n_ctx_train)
+        self.nope_step = fam.get('nope_step')
+
+        # Sliding-window attention: window n_swa on the layers of the pattern
+        # where il % pattern < pattern - 1 (llama.cpp's set_swa_pattern).
+        # phi3 files may carry a window, but llama.cpp ignores it for phi3.
+        self.n_swa, self.swa_layers = 0, set()
+        pattern = fam.get('swa_pattern')
+        if pattern:
+            if f'{arch}.attention.sliding_window_pattern' in md:
+                raise GGUFError(f"{arch}.attention.sliding_window_pattern is not supported")
+            # gemma2 always slides (window 4096 unless the file says); gemma3
+            # slides only if the file gives a window
+            self.n_swa = hp('attention.sliding_window', 4096 if arch == 'gemma2' else 0)
+            if self.n_swa < 0 or (arch == 'gemma2' and self.n_swa == 0):
+                raise GGUFError(f"{arch}.attention.sliding_window={self.n_swa} is not supported")
+            if self.n_swa:
+                self.swa_layers = {il for il in range(self.n_layers)
+                                   if il % pattern < pattern - 1}
+        # rope on the sliding layers: gemma3 uses its local base (default
+        # 10000) and no scaling; gemma2 the global settings unless given a base
+        if arch == 'gemma3':
+            self.swa_freq_base = hp('rope.freq_base_swa', 10000.0, float)
+            self.swa_freq_scale = 1.0
+        else:
+            self.swa_freq_base = hp('rope.freq_base_swa', self.freq_base, float)
+            self.swa_freq_scale = self.freq_scale
+
+        # Attention scale and soft-capping. Gemma and phi3 scale Q itself (and
+        # the product by 1); the others scale Q.K by 1/sqrt(head_dim). The
+        # same in exact arithmetic, not once Q is rounded to float16.
+        self.gemma = fam.get('gemma', False)
+        if self.gemma:
+            size = (self.dim // self.n_head if self.n_layers == GEMMA_27B_LAYERS[arch]
+                    else self.head_dim)
+            self.q_scale, self.kq_scale = 1.0 / math.sqrt(size), 1.0
+        elif arch == 'phi3':
+            self.q_scale, self.kq_scale = 1.0 / math.sqrt(self.head_dim), 1.0
+        else:
+            self.q_scale, self.kq_scale = 1.0, 1.0 / math.sqrt(self.head_dim)
+        self.attn_softcap = self.final_softcap = 0.0
+        if arch == 'gemma2':  # llama.cpp's defaults are Gemma 2's: 50 and 30
+            self.attn_softcap = hp('attn_logit_softcapping', 50.0, float)
+            self.final_softcap = hp('final_logit_softcapping', 30.0, float)
+        elif arch == 'gemma3' and not self.swa_layers:
+            # llama.cpp's sliding-window gemma3 graph has no final soft-cap at
+            # all; the other one applies the file's, if it gives one
+            self.final_softcap = hp('final_logit_softcapping', 0.0, float)
 
         emb = gguf.tensors.get('token_embd.weight')
         if emb is None or len(emb.dims) != 2:
@@ -311,36 +424,97 @@ class Llama:
                                 f"expected {list(dims)}")
             used.add(name)
             m = gguf.tensor(name).astype(dtype)
-            self.act_block[id(m)] = ACTIVATION_BLOCK.get(gguf.tensors[name].ttype) if q8_activations else None
+            self.act_block[id(m)] = (ACTIVATION_BLOCK.get(gguf.tensors[name].ttype)
+                                     if q8_activations or like_llama_cpp else None)
             return m
 
+        def optional(name, *dims):
+            return W(name, *dims) if name in gguf.tensors else None
+
         d, hd, V = self.dim, self.head_dim, self.n_vocab
+        nq, nkv = self.n_head * hd, self.n_kv * hd
         self.tok_embd = W('token_embd.weight', d, V)
         self.layers = []
         for i in range(self.n_layers):
             p = f'blk.{i}.'
-            self.layers.append(dict(
-                attn_norm=W(p + 'attn_norm.weight', d),
-                wq=W(p + 'attn_q.weight', d, self.n_head * hd),
-                wk=W(p + 'attn_k.weight', d, self.n_kv * hd),
-                wv=W(p + 'attn_v.weight', d, self.n_kv * hd),
-                wo=W(p + 'attn_output.weight', self.n_head * hd, d),
-                ffn_norm=W(p + 'ffn_norm.weight', d),
-                w_gate=W(p + 'ffn_gate.weight', d, self.hidden),
-                w_up=W(p + 'ffn_up.weight', d, self.hidden),
-                w_down=W(p + 'ffn_down.weight', self.hidden, d)))
+            L = dict(attn_norm=W(p + 'attn_norm.weight', d),
+                     wo=W(p + 'attn_output.weight', nq, d),
+                     ffn_norm=W(p + 'ffn_norm.weight', d),
+                     w_down=W(p + 'ffn_down.weight', self.hidden, d))
+            # phi3 may fuse Q, K and V into one matrix (rows: Q, then K, then V)
+            if fam.get('fused') and p + 'attn_qkv.weight' in gguf.tensors:
+                L['wqkv'] = W(p + 'attn_qkv.weight', d, nq + 2 * nkv)
+            else:
+                L.update(wq=W(p + 'attn_q.weight', d, nq), wk=W(p + 'attn_k.weight', d, nkv),
+                         wv=W(p + 'attn_v.weight', d, nkv))
+            if fam.get('qkv_bias'):
+                L.update(bq=W(p + 'attn_q.bias', nq), bk=W(p + 'attn_k.bias', nkv),
+                         bv=W(p + 'attn_v.bias', nkv))
+            elif arch in ('llama', 'smollm3'):  # llama.cpp adds them when present
+                L.update(bq=optional(p + 'attn_q.bias', nq), bk=optional(p + 'attn_k.bias', nkv),
+                         bv=optional(p + 'attn_v.bias', nkv))
+            if fam.get('qk_norm'):
+                L.update(q_norm=W(p + 'attn_q_norm.weight', hd), k_norm=W(p + 'attn_k_norm.weight', hd))
+            if self.gemma:
+                L.update(post_attn_norm=W(p + 'post_attention_norm.weight', d),
+                         post_ffn_norm=W(p + 'post_ffw_norm.weight', d))
+            # phi3 keeps gate and up in one matrix: the gate's rows first
+            if fam.get('fused'):
+                L['w_gate_up'] = W(p + 'ffn_up.weight', d, 2 * self.hidden)
+            else:
+                L.update(w_gate=W(p + 'ffn_gate.weight', d, self.hidden),
+                         w_up=W(p + 'ffn_up.weight', d, self.hidden))
+            self.layers.append(L)
         self.output_norm = W('output_norm.weight', d)
         # no output.weight means the output head is tied to the embeddings
-        self.output = (W('output.weight', d, V) if 'output.weight' in gguf.tensors
+        # (gemma2 always ties it: llama.cpp does not even look for output.weight)
+        self.output = (W('output.weight', d, V) if 'output.weight' in gguf.tensors and arch != 'gemma2'
                        else self.tok_embd)
+
+        # Per-dimension frequency factors: each rotary pair's frequency is
+        # divided by its factor. Llama 3 files have one set (rope_freqs);
+        # LongRoPE files (phi3, or llama with scaling type longrope) a short and
+        # a long set, the long one used when the context exceeds the original.
+        self.rope_factors, self.rope_factors_name = None, None
+        half = self.n_rot // 2
+        if arch == 'phi3' or (arch == 'llama' and scaling == 'longrope'):
+            which = 'long' if self.n_ctx > self.n_ctx_orig else 'short'
+            for w in ('long', 'short'):
+                f = optional(f'rope_factors_{w}.weight', half)
+                if w == which and f is not None:
+                    self.rope_factors, self.rope_factors_name = f, f'rope_factors_{w}'
+        elif arch == 'llama':
+            self.rope_factors = optional('rope_freqs.weight', half)
+            self.rope_factors_name = 'rope_freqs' if self.rope_factors is not None else None
         extra = sorted(set(gguf.tensors) - used)
-        if extra:  # e.g. rope_freqs.weight or biases: unsupported, so refuse
+        if extra:  # e.g. biases this family does not have: unsupported, so refuse
             raise GGUFError(f"unsupported extra tensors: {', '.join(extra[:5])}")
 
         self.dtype = dtype
-        # rotation frequency of pair i: freq_base^(-2i/n_rot)
-        self.inv_freq = self.freq_base ** (-np.arange(0, self.n_rot, 2, dtype=np.float64)
-                                           / self.n_rot)
+        # like_llama_cpp: round where llama.cpp's CPU code rounds (see
+        # --like-llama-cpp); each of these is one of its roundings
+        self.ggml_q8 = self.f16_kv = self.f16_gelu = self.ggml_rope = like_llama_cpp
+        self.ff = None if self.rope_factors is None else self.rope_factors.astype(np.float64)
+
+    def describe(self):
+        """One line of what this file makes the reference compute."""
+        parts = [f"{self.arch}: {self.n_layers} layers", f"{self.rope_mode} rope base {self.freq_base:g}"]
+        if self.freq_scale != 1:
+            parts.append(f"freq scale {self.freq_scale:g}")
+        if self.rope_factors is not None:
+            parts.append(f"frequencies divided by {self.rope_factors_name} (context {self.n_ctx})")
+        if self.rope_mscale != 1:
+            parts.append(f"cos/sin x {self.rope_mscale:g}")
+        if self.nope_step:
+            parts.append(f"no rope where (il+1) % {self.nope_step} == 0")
+        if self.swa_layers:
+            parts.append(f"window {self.n_swa} on layers {sorted(self.swa_layers)} "
+                         f"(rope base {self.swa_freq_base:g} there)")
+        if self.attn_softcap:
+            parts.append(f"attention soft-cap {self.attn_softcap:g}")
+        if self.final_softcap:
+            parts.append(f"final soft-cap {self.final_softcap:g}")
+        return ', '.join(parts)
 
     def reset(self, n_pos):
         # sized for this run, not for context_length, which can be huge
@@ -352,61 +526,190 @@ class Llama:
         """w @ x, with x first rounded to 8 bits per block when w is quantized
         and the run asks for it (--q8-activations): per block of 32 (or 256
         for the K-quants), d = max|x| / 127 in float32 and x becomes
-        round_half_even(x / d) * d, as ggml-style integer dot products see it."""
+        round_half_even(x / d) * d, as ggml-style integer dot products see it.
+        With ggml_q8, exactly as ggml's quantize_row_q8_0 / q8_K do it: the
+        32-block scale is stored as float16 (so the products use that), and
+        the 256-block one is 1 / (-127 / m), m the block's value of largest
+        magnitude, with levels capped at 127."""
         block = self.act_block.get(id(w))
-        if block is not None:
-            xf = x.astype(np.float32).reshape(-1, block)
-            d = (np.abs(xf).max(axis=1) / np.float32(127)).astype(np.float32)
-            inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
+        if block is None:
+            return w @ x
+        f32 = np.float32
+        xf = x.astype(f32).reshape(-1, block)
+        amax = np.abs(xf).max(axis=1)
+        nz = amax != 0
+        if not self.ggml_q8:
+            d = (amax / f32(127)).astype(f32)
+            inv = np.divide(f32(1), d, out=np.zeros_like(d), where=nz)
             q = np.rint(xf * inv[:, None])  # numpy rounds halves to even
-            x = (q * d[:, None].astype(np.float64)).reshape(-1).astype(self.dtype)
+        elif block == 32:
+            d = (amax / f32(127)).astype(f32)
+            inv = np.divide(f32(127), amax, out=np.zeros_like(amax), where=nz)
+            q = np.rint(xf * inv[:, None])
+            d = d.astype(np.float16).astype(f32)
+        else:
+            m = xf[np.arange(len(xf)), np.abs(xf).argmax(axis=1)]
+            iscale = np.divide(f32(-127), m, out=np.zeros_like(m), where=nz)
+            q = np.minimum(127, np.rint(iscale[:, None] * xf))
+            d = np.divide(f32(1), iscale, out=np.zeros_like(iscale), where=nz)
+        x = (q * d[:, None].astype(np.float64)).reshape(-1).astype(self.dtype)
         return w @ x
 
     def rmsnorm(self, x, w):
-        return x / np.sqrt(np.mean(x * x) + self.eps) * w
+        """RMSNorm over the last axis (a whole vector, or each head's row)."""
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
 
-    def rope(self, x, pos):
-        # ggml "normal" mode: adjacent pairs (2i, 2i+1) of each head; dims >= n_rot stay
-        ang = pos * self.inv_freq
-        c, s = np.cos(ang).astype(self.dtype), np.sin(ang).astype(self.dtype)
-        x0, x1 = x[:, 0:self.n_rot:2], x[:, 1:self.n_rot:2]
+    def rope_angles(self, pos, base, scale):
+        """cos and sin of rotary pair i's angle pos * base^(-2i/n_rot) * scale
+        / factor_i, times rope.scaling.attn_factor. With ggml_rope, computed
+        the way ggml's CPU RoPE does it, in float32: the angle of pair i + 1
+        is the float32 product of pair i's by float32(base^(-2/n_rot))."""
+        half = self.n_rot // 2
+        if not self.ggml_rope:
+            ang = pos * base ** (-np.arange(half) * 2.0 / self.n_rot) * scale
+            if self.ff is not None:
+                ang = ang / self.ff
+            return np.cos(ang) * self.rope_mscale, np.sin(ang) * self.rope_mscale
+        f32 = np.float32
+        step = f32(base ** (-2.0 / self.n_rot))
+        theta = np.empty(half, f32)
+        theta[0] = f32(pos)
+        for i in range(1, half):
+            theta[i] = theta[i - 1] * step
+        if self.ff is not None:
+            theta = theta / self.ff.astype(f32)
+        theta = f32(scale) * theta
+        mscale = f32(self.rope_mscale)
+        return (np.cos(theta.astype(np.float64)).astype(f32) * mscale,
+                np.sin(theta.astype(np.float64)).astype(f32) * mscale)
+
+    def rope(self, x, pos, base, scale):
+        """Rotate the first n_rot dimensions of each head; the rest stay."""
+        c, s = self.rope_angles(pos, base, scale)
+        c, s = c.astype(self.dtype), s.astype(self.dtype)
+        if self.rope_mode == 'norm':
+            i0, i1 = slice(0, self.n_rot, 2), slice(1, self.n_rot, 2)
+        else:
+            i0, i1 = slice(0, self.n_rot // 2), slice(self.n_rot // 2, self.n_rot)
+        x0, x1 = x[:, i0], x[:, i1]
         out = x.copy()
-        out[:, 0:self.n_rot:2] = x0 * c - x1 * s
-        out[:, 1:self.n_rot:2] = x0 * s + x1 * c
+        out[:, i0] = x0 * c - x1 * s
+        out[:, i1] = x0 * s + x1 * c
         return out
+
+    def attend_f16(self, scores, Vc):
+        """Softmax and the weighted sum of V as ggml's CPU flash attention forms
+        them with an F16 cache: scores scaled (and soft-capped) in float32, the
+        keys taken in order with a running maximum M and sum S in float32, and
+        the weighted sum of V held in float16, rounded after every rescale and
+        every added row. scores: unscaled q.k, (n_head, T); Vc: (T, n_kv, hd)."""
+        f32 = np.float32
+        group = self.n_head // self.n_kv
+        # the scale, with a soft-cap folded in: s = cap * tanh(q.k * scale / cap)
+        cap = f32(self.attn_softcap)
+        scale = f32(self.kq_scale) / cap if cap else f32(self.kq_scale)
+        scores = scores.astype(f32) * scale
+        if cap:
+            scores = cap * np.tanh(scores.astype(np.float64)).astype(f32)
+        out = np.zeros((self.n_head, self.head_dim), self.dtype)
+        for h in range(self.n_head):
+            M, S = f32(-np.inf), f32(0)
+            acc = np.zeros(self.head_dim, np.float32)
+            for t, s in enumerate(scores[h]):
+                v = Vc[t, h // group].astype(np.float32)
+                if s > M:
+                    ms = f32(np.exp(np.float64(M) - s)) if M > -np.inf else f32(0)
+                    M, vs = s, f32(1)
+                    acc = (acc * ms).astype(np.float16).astype(np.float32)
+                else:
+                    ms, vs = f32(1), f32(np.exp(np.float64(s) - M))
+                acc = (acc + v * vs).astype(np.float16).astype(np.float32)
+                S = f32(S * ms + vs)
+            out[h] = acc * (f32(1) / S)
+        return out.reshape(-1)
 
     def forward(self, token, pos):
         """Logits for `token` at position `pos`; positions 0..pos-1 must be in the cache."""
         hd, group = self.head_dim, self.n_head // self.n_kv
+        nq, nkv = self.n_head * hd, self.n_kv * hd
         x = self.tok_embd[token].copy()
+        if self.gemma:  # ggml scales by sqrtf(n_embd), a float32
+            x *= float(np.float32(math.sqrt(self.dim))) if self.ggml_rope else math.sqrt(self.dim)
         for l, L in enumerate(self.layers):
             # attention
             h = self.rmsnorm(x, L['attn_norm'])
-            q = self.rope(self.mul(L['wq'], h).reshape(self.n_head, hd), pos)
-            self.k_cache[l, pos] = self.rope(self.mul(L['wk'], h).reshape(self.n_kv, hd), pos)
-            self.v_cache[l, pos] = self.mul(L['wv'], h).reshape(self.n_kv, hd)
-            K, Vc = self.k_cache[l, :pos + 1], self.v_cache[l, :pos + 1]  # (T, n_kv, hd)
+            if 'wqkv' in L:
+                qkv = self.mul(L['wqkv'], h)
+                q, k, v = qkv[:nq], qkv[nq:nq + nkv], qkv[nq + nkv:]
+            else:
+                q, k, v = self.mul(L['wq'], h), self.mul(L['wk'], h), self.mul(L['wv'], h)
+            if L.get('bq') is not None:
+                q = q + L['bq']
+            if L.get('bk') is not None:
+                k = k + L['bk']
+            if L.get('bv') is not None:
+                v = v + L['bv']
+            q, k, v = q.reshape(self.n_head, hd), k.reshape(self.n_kv, hd), v.reshape(self.n_kv, hd)
+            if 'q_norm' in L:  # per-head RMSNorm, before RoPE
+                q, k = self.rmsnorm(q, L['q_norm']), self.rmsnorm(k, L['k_norm'])
+            sliding = l in self.swa_layers
+            if not (self.nope_step and (l + 1) % self.nope_step == 0):
+                base, scale = ((self.swa_freq_base, self.swa_freq_scale) if sliding
+                               else (self.freq_base, self.freq_scale))
+                q, k = self.rope(q, pos, base, scale), self.rope(k, pos, base, scale)
+            q = q * self.q_scale
+            if self.f16_kv:
+                # llama.cpp's cache holds K and V as float16, and ggml turns Q
+                # into float16 too for its products with an F16 K
+                q, k, v = round_f16(q), round_f16(k), round_f16(v)
+            self.k_cache[l, pos], self.v_cache[l, pos] = k, v
+            # a query at p sees keys p - n_swa + 1 .. p on a sliding layer
+            first = max(0, pos - self.n_swa + 1) if sliding else 0
+            K, Vc = self.k_cache[l, first:pos + 1], self.v_cache[l, first:pos + 1]  # (T, n_kv, hd)
             # query head h = kv*group + g uses kv head h // group
             qg = q.reshape(self.n_kv, group, hd)
-            scores = np.einsum('kgd,tkd->kgt', qg, K) / np.sqrt(hd)
-            # the cache holds only positions <= pos, so this softmax is already causal
-            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-            scores /= scores.sum(axis=-1, keepdims=True)
-            att = np.einsum('kgt,tkd->kgd', scores, Vc).reshape(-1)
-            x = x + self.mul(L['wo'], att)
-            # SwiGLU feed-forward
+            scores = np.einsum('kgd,tkd->kgt', qg, K)
+            if self.f16_kv:
+                att = self.attend_f16(scores.reshape(self.n_head, -1), Vc)
+            else:
+                scores = scores * self.kq_scale
+                if self.attn_softcap:
+                    scores = self.attn_softcap * np.tanh(scores / self.attn_softcap)
+                # the cache holds only positions <= pos, so this softmax is already causal
+                scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+                scores /= scores.sum(axis=-1, keepdims=True)
+                att = np.einsum('kgt,tkd->kgd', scores, Vc).reshape(-1)
+            o = self.mul(L['wo'], att)
+            if self.gemma:
+                o = self.rmsnorm(o, L['post_attn_norm'])
+            x = x + o
+            # gated feed-forward: SiLU (SwiGLU) or, for Gemma, tanh-GELU
             h = self.rmsnorm(x, L['ffn_norm'])
-            g = self.mul(L['w_gate'], h)
-            x = x + self.mul(L['w_down'], g / (1 + np.exp(-g)) * self.mul(L['w_up'], h))
-        return self.mul(self.output, self.rmsnorm(x, self.output_norm))
+            if 'w_gate_up' in L:
+                gu = self.mul(L['w_gate_up'], h)
+                g, u = gu[:self.hidden], gu[self.hidden:]
+            else:
+                g, u = self.mul(L['w_gate'], h), self.mul(L['w_up'], h)
+            if self.gemma:
+                a = gelu_f16_table(g) if self.f16_gelu else gelu_tanh(g)
+            else:
+                a = g / (1 + np.exp(-g))
+            f = self.mul(L['w_down'], a * u)
+            if self.gemma:
+                f = self.rmsnorm(f, L['post_ffn_norm'])
+            x = x + f
+        logits = self.mul(self.output, self.rmsnorm(x, self.output_norm))
+        if self.final_softcap:
+            logits = self.final_softcap * np.tanh(logits / self.final_softcap)
+        return logits
 
     def check_tokens(self, tokens, n_more=0):
         bad = [t for t in tokens if not 0 <= t < self.n_vocab]
         if bad:
             raise GGUFError(f"token id {bad[0]} out of range (n_vocab={self.n_vocab})")
         if len(tokens) + n_more > self.n_ctx:
-            raise GGUFError(f"{len(tokens) + n_more} positions exceed "
-                            f"llama.context_length={self.n_ctx}")
+            raise GGUFError(f"{len(tokens) + n_more} positions exceed the context "
+                            f"length {self.n_ctx}")
 
     def logits(self, tokens):
         self.check_tokens(tokens)
@@ -499,7 +802,7 @@ def compare(ref, other, tol):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    ap.add_argument('model', help='GGUF file (general.architecture = llama)')
+    ap.add_argument('model', help='GGUF file (general.architecture: ' + ', '.join(FAMILIES) + ')')
     ap.add_argument('--tokens', required=True, help='space-separated token ids, e.g. "1 2 3"')
     ap.add_argument('--out', help='write the logits of every position to this file')
     ap.add_argument('--compare', metavar='OTHER', help='compare with this logits file')
@@ -513,7 +816,19 @@ def main(argv=None):
     ap.add_argument('--q8-activations', action='store_true',
                     help='round the input of each quantized-weight product to 8 bits per block, '
                          'as engines with integer dot products do')
+    ap.add_argument('--like-llama-cpp', action='store_true',
+                    help="round where llama.cpp's CPU code rounds: activations to 8 bits as ggml's "
+                         "q8_0/q8_K (float16 q8_0 scale), K, V and Q to float16 with the flash-"
+                         "attention sum of V kept in float16, GELU through float16, RoPE angles "
+                         "in float32")
+    ap.add_argument('--ctx', type=int, metavar='N',
+                    help='context length the model runs at (default: its context_length); '
+                         'LongRoPE picks its factors by it')
+    ap.add_argument('--describe', action='store_true',
+                    help='print to stderr what the file makes the reference compute')
     args = ap.parse_args(argv)
+    if args.ctx is not None and args.ctx <= 0:
+        ap.error('--ctx N needs N > 0')
     if not (args.out or args.compare or args.greedy is not None):
         ap.error('nothing to do: give --out, --compare and/or --greedy')
     if args.greedy is not None and args.greedy < 0:
@@ -527,7 +842,10 @@ def main(argv=None):
 
     try:
         gguf = GGUF(args.model)
-        model = Llama(gguf, np.float32 if args.float32 else np.float64, args.q8_activations)
+        model = Model(gguf, np.float32 if args.float32 else np.float64, args.q8_activations,
+                      n_ctx=args.ctx, like_llama_cpp=args.like_llama_cpp)
+        if args.describe:
+            print(model.describe(), file=sys.stderr)
         status = 0
         if args.out or args.compare:
             logits = model.logits(tokens)
