@@ -494,6 +494,8 @@ class Model:
         # like_llama_cpp: round where llama.cpp's CPU code rounds (see
         # --like-llama-cpp); each of these is one of its roundings
         self.ggml_q8 = self.f16_kv = self.f16_gelu = self.ggml_rope = like_llama_cpp
+        # 8-bit activations are ggml's q8_0/q8_K blocks, in every engine that uses them
+        self.ggml_q8 = self.ggml_q8 or q8_activations
         self.ff = None if self.rope_factors is None else self.rope_factors.astype(np.float64)
 
     def describe(self):

@@ -12,10 +12,12 @@ namespace {
 // Rows of at least this many elements in total are quantized in parallel.
 constexpr size_t kParallelElements = 1 << 15;
 
-// The scale a block keeps: ggml's block_q8_0 stores it as a half float (the
-// values were rounded with the exact one), block_q8_K as a float.
-float stored_scale(ActivationFormat format, float scale) {
-  return format == ActivationFormat::kQ8_0 ? fp16_to_float(float_to_fp16(scale)) : scale;
+// The scale a block keeps, as ggml computes it: values are rounded with
+// 127 / max; block_q8_0 stores max / 127 as a half float, block_q8_K stores
+// the reciprocal of the rounding factor as a float.
+float block_scale(ActivationFormat format, float max, float inverse) {
+  if (format == ActivationFormat::kQ8_0) return fp16_to_float(float_to_fp16(max / 127.0f));
+  return inverse != 0.0f ? 1.0f / inverse : 0.0f;
 }
 
 }  // namespace
@@ -38,9 +40,10 @@ void quantize_activation_row(const float* x, int cols, ActivationFormat format, 
     for (int i = 0; i < block; i += 4) {
       amax = wasm_f32x4_pmax(amax, wasm_f32x4_abs(simd::load(xb + i)));
     }
-    const float scale = simd::max_f32(amax) / 127.0f;
-    d[b] = stored_scale(format, scale);
-    const v128_t inverse = wasm_f32x4_splat(scale != 0.0f ? 1.0f / scale : 0.0f);
+    const float max = simd::max_f32(amax);
+    const float inverse_scale = max != 0.0f ? 127.0f / max : 0.0f;
+    d[b] = block_scale(format, max, inverse_scale);
+    const v128_t inverse = wasm_f32x4_splat(inverse_scale);
     int16_t* qb = q + static_cast<size_t>(b) * block;
     for (int run = 0; run < block; run += 32) {
       v128_t run_sum = wasm_i32x4_splat(0);
@@ -67,9 +70,8 @@ void quantize_activation_row_reference(const float* x, int cols, ActivationForma
       const float a = std::fabs(xb[i]);
       amax = amax < a ? a : amax;
     }
-    const float scale = amax / 127.0f;
-    d[b] = stored_scale(format, scale);
-    const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+    const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
+    d[b] = block_scale(format, amax, inverse);
     for (int i = 0; i < block; ++i) {
       q[b * block + i] = static_cast<int16_t>(std::nearbyint(xb[i] * inverse));
     }

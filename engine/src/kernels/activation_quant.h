@@ -23,8 +23,8 @@ class ThreadPool;
 
 enum class ActivationFormat {
   kF32,   // plain floats
-  kQ8_0,  // d = max|x| / 127 per 32 values, q = round_even(x / d), d kept as fp16
-  kQ8_K,  // the same per 256 values
+  kQ8_0,  // per 32 values: q = round_even(x * 127 / max|x|), d = max|x| / 127 as fp16
+  kQ8_K,  // per 256 values: the same q, d = 1 / (127 / max|x|)
 };
 
 // Elements per scale of a quantized format.
