@@ -20,16 +20,32 @@ std::string read_file(const std::string& path) {
   return out.str();
 }
 
-GgufWriter random_llama_writer(const std::string& shape, TensorType type, uint64_t seed) {
+namespace {
+
+GgufWriter random_writer(const ShapePreset& shape, TensorType type, uint64_t seed) {
   auto vocab_source = open_file_source(model_path("stories260K.gguf"));
   const GgufFile vocab = GgufFile::parse(*vocab_source);
   GeneratorOptions options;
-  options.shape = shape_preset(shape);
+  options.shape = shape;
   options.type = type;
   options.seed = seed;
   GgufWriter writer;
   build_random_model(vocab, options, writer);
   return writer;
+}
+
+}  // namespace
+
+GgufWriter random_llama_writer(const std::string& shape, TensorType type, uint64_t seed) {
+  return random_writer(shape_preset(shape), type, seed);
+}
+
+GgufWriter random_family_writer(const std::string& family, TensorType type, uint64_t seed) {
+  ShapePreset shape = shape_preset("tiny");
+  shape.architecture = family;
+  shape.name = "tiny " + family;
+  shape.sliding_window = 4;
+  return random_writer(shape, type, seed);
 }
 
 std::vector<uint8_t> random_llama_bytes(const std::string& shape, TensorType type, uint64_t seed) {

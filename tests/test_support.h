@@ -25,6 +25,11 @@ GgufWriter random_llama_writer(const std::string& shape = "tiny",
 std::vector<uint8_t> random_llama_bytes(const std::string& shape = "tiny",
                                         TensorType type = TensorType::kF32, uint64_t seed = 7);
 
+// A random-weight model of `family` in the tiny shape (sliding window 4 for
+// the families that slide), with the stories260K vocabulary.
+GgufWriter random_family_writer(const std::string& family, TensorType type = TensorType::kF32,
+                                uint64_t seed = 7);
+
 // Greedy sampling options.
 GenerateOptions greedy(int max_tokens);
 

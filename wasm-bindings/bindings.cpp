@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include <cctype>
+
 #include "js_host.h"
 #include "session.h"
 #include "sipllm/error.h"
@@ -235,21 +237,28 @@ val source_object(const HttpSourceStats& s) {
   return o;
 }
 
+std::string camel_case(const std::string& snake) {
+  std::string out;
+  bool upper = false;
+  for (char c : snake) {
+    if (c == '_') {
+      upper = true;
+    } else {
+      out += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+      upper = false;
+    }
+  }
+  return out;
+}
+
 val info_object(const ModelInfo& m) {
   val o = val::object();
   o.set("architecture", m.architecture);
   o.set("name", m.name);
-  o.set("nLayers", m.n_layers);
-  o.set("dim", m.dim);
-  o.set("hiddenDim", m.hidden_dim);
-  o.set("nHeads", m.n_heads);
-  o.set("nKvHeads", m.n_kv_heads);
-  o.set("headDim", m.head_dim);
-  o.set("nVocab", m.n_vocab);
-  o.set("contextLength", m.context_length);
-  o.set("ropeDims", m.rope_dims);
-  o.set("rmsEps", m.rms_eps);
-  o.set("ropeFreqBase", m.rope_freq_base);
+  // The hyper-parameters as the engine lists them, snake_case names in camelCase.
+  val hyperparameters = val::object();
+  for (const Hyperparameter& h : m.hyperparameters) hyperparameters.set(camel_case(h.name), h.value);
+  o.set("hyperparameters", hyperparameters);
   o.set("ggufVersion", m.gguf_version);
   o.set("fileBytes", static_cast<double>(m.file_bytes));
   o.set("weightBytes", static_cast<double>(m.weight_bytes));

@@ -91,10 +91,12 @@ export function renderModelInfo(target: HTMLElement, info: ModelInfo | null, lab
     return;
   }
   const types = Object.entries(info.tensorsByType).map(([type, n]) => `${type} ×${n}`).join(', ');
+  const h = info.hyperparameters;
   target.replaceChildren(
     el('div', {}, el('strong', {}, label)),
-    el('div', {}, `${info.architecture} · ${info.nLayers} blocks · dim ${info.dim} · ${info.nHeads} heads ` +
-                  `(${info.nKvHeads} KV) · vocabulary ${info.nVocab} (${info.tokenizer}) · context ${info.contextLength}`),
+    el('div', {}, `${info.architecture} · ${h.nLayers} blocks · dim ${h.dim} · ${h.nHeads} heads ` +
+                  `(${h.nKvHeads} KV) · vocabulary ${h.nVocab} (${info.tokenizer}) · context ${h.contextLength}` +
+                  (h.slidingWindow ? ` · window ${h.slidingWindow}` : '')),
     el('div', {}, `${formatBytes(info.fileBytes)} file, ${formatBytes(info.weightBytes)} of weights: ${types}`),
     el('div', { 'data-chat-template': info.chatTemplate !== '' ? 'yes' : 'no' },
        info.chatTemplate !== '' ? 'Has a chat template: chat mode uses it.' : 'No chat template: plain completion mode.'),

@@ -103,9 +103,10 @@ export interface ChatOptions extends GenerateOptions {
   templateVariables?: Record<string, unknown>;
 }
 
-export interface ModelInfo {
-  architecture: string;
-  name: string;
+// The engine's list of hyper-parameters (ModelInfo::hyperparameters in
+// engine.h), names in camelCase: these always, the optional ones where the
+// model has them.
+export interface ModelHyperparameters {
   nLayers: number;
   dim: number;
   hiddenDim: number;
@@ -113,10 +114,23 @@ export interface ModelInfo {
   nKvHeads: number;
   headDim: number;
   nVocab: number;
-  contextLength: number;
-  ropeDims: number;
+  contextLength: number;  // the engine's, at most trainedContextLength
+  trainedContextLength: number;
   rmsEps: number;
+  ropeDims: number;
   ropeFreqBase: number;
+  ropeFreqScale?: number;
+  ropeAttnFactor?: number;
+  slidingWindow?: number;
+  localRopeFreqBase?: number;
+  attnSoftcap?: number;
+  finalSoftcap?: number;
+}
+
+export interface ModelInfo {
+  architecture: string;  // general.architecture: 'llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'phi3', 'smollm3'
+  name: string;
+  hyperparameters: ModelHyperparameters;
   ggufVersion: number;
   fileBytes: number;
   weightBytes: number;

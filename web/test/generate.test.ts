@@ -67,7 +67,7 @@ describe.each(BUILDS)('the %s build', (build) => {
       const stats = llm.stats();
       expect(stats.source?.requests).toBeGreaterThan(0);
       // The loader's per-unit counters and timeline, for the demo's chart.
-      expect(stats.loader.units.length).toBe(llm.info.nLayers + 1);
+      expect(stats.loader.units.length).toBe(llm.info.hyperparameters.nLayers + 1);
       expect(stats.loader.timeline.length).toBeGreaterThan(0);
     } finally {
       await llm.unload();

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "model/gguf.h"
 #include "sipllm/engine.h"
@@ -111,10 +112,92 @@ TEST(BadInput, UnsupportedTensorType) {
   expect_failure(writer.to_bytes(), ErrorKind::kUnsupported, "tensor 'blk.0.extra.weight' has type Q2_K");
 }
 
-TEST(BadInput, UnsupportedArchitecture) {
+TEST(BadInput, UnsupportedArchitectureListsTheSupportedOnes) {
   GgufWriter writer = test::random_llama_writer();
   writer.set_string("general.architecture", "mamba");
-  expect_failure(writer.to_bytes(), ErrorKind::kUnsupported, "architecture 'mamba'");
+  expect_failure(writer.to_bytes(), ErrorKind::kUnsupported,
+                 "architecture 'mamba' (general.architecture) is not supported; this engine runs "
+                 "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3");
+}
+
+TEST(BadInput, EveryFamilyOpens) {
+  for (const char* family : {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "smollm3"}) {
+    EXPECT_NO_THROW(Engine::open(make_memory_source(test::random_family_writer(family).to_bytes()))) << family;
+  }
+}
+
+// A file of one family relabelled as another: its keys move to the new
+// prefix, its tensors stay what they were.
+GgufWriter relabelled(const std::string& from, const std::string& to) {
+  GgufWriter writer = test::random_family_writer(from);
+  writer.set_string("general.architecture", to);
+  for (const std::string& key : writer.keys()) {
+    if (key.rfind(from + ".", 0) == 0) writer.rename(key, to + key.substr(from.size()));
+  }
+  return writer;
+}
+
+TEST(BadInput, AFamilysRequiredTensorMissing) {
+  expect_failure(relabelled("llama", "qwen2").to_bytes(), ErrorKind::kFormat, "missing tensor 'blk.0.attn_q.bias'");
+  // qwen3 has per-head norms where qwen2 has biases.
+  expect_failure(relabelled("qwen2", "qwen3").to_bytes(), ErrorKind::kFormat,
+                 "missing tensor 'blk.0.attn_q_norm.weight'");
+}
+
+TEST(BadInput, ATensorTheFamilyDoesNotUseIsRefused) {
+  expect_failure(relabelled("qwen2", "llama").to_bytes(), ErrorKind::kUnsupported,
+                 "tensor 'blk.0.attn_q.bias' is not part of the llama architecture");
+  expect_failure(relabelled("gemma2", "llama").to_bytes(), ErrorKind::kUnsupported,
+                 "post_attention_norm.weight' is not part of the llama architecture");
+}
+
+TEST(BadInput, AFamilysShapeThatContradictsItsKeys) {
+  GgufWriter writer = test::random_family_writer("qwen3");
+  writer.set_uint32("qwen3.attention.key_length", 8);  // the heads are 16 wide
+  writer.set_uint32("qwen3.attention.value_length", 8);
+  writer.set_uint32("qwen3.rope.dimension_count", 8);
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat, "tensor 'blk.0.attn_q.weight' has shape [64, 64], expected [64, 32]");
+}
+
+TEST(BadInput, AFamilysMissingKeyIsNamed) {
+  GgufWriter writer = test::random_family_writer("gemma3");
+  writer.remove("gemma3.attention.head_count");
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat, "missing required metadata key 'gemma3.attention.head_count'");
+}
+
+TEST(BadInput, WindowAndSoftCapsMustBeFinitePositiveNumbers) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const float bad : {nan, inf, 0.0f, -4.0f}) {
+    GgufWriter writer = test::random_family_writer("gemma2");
+    writer.set_float32("gemma2.attention.sliding_window", bad);
+    expect_failure(writer.to_bytes(), ErrorKind::kFormat, "metadata key 'gemma2.attention.sliding_window'");
+    for (const char* key : {"gemma2.attn_logit_softcapping", "gemma2.final_logit_softcapping"}) {
+      writer = test::random_family_writer("gemma2");
+      writer.set_float32(key, bad);
+      expect_failure(writer.to_bytes(), ErrorKind::kFormat, std::string("metadata key '") + key + "'");
+    }
+  }
+  GgufWriter writer = test::random_family_writer("gemma2");
+  writer.set_float32("gemma2.attention.sliding_window", 4.5f);
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat, "must be a whole number of positions");
+}
+
+TEST(BadInput, UnsupportedRopeScalingIsRefusedNotIgnored) {
+  GgufWriter writer = test::random_llama_writer();
+  writer.set_string("llama.rope.scaling.type", "yarn");
+  expect_failure(writer.to_bytes(), ErrorKind::kUnsupported, "llama.rope.scaling.type 'yarn' is not supported");
+}
+
+TEST(BadInput, NonFiniteRopeFactorsAreRefused) {
+  GgufWriter writer = test::random_llama_writer();
+  writer.add_tensor("rope_freqs.weight", {8}, 0, 32, [](std::vector<uint8_t>& out) {
+    std::vector<float> f(8, 1.0f);
+    f[3] = std::numeric_limits<float>::infinity();
+    out.resize(32);
+    std::memcpy(out.data(), f.data(), 32);
+  });
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat, "tensor 'rope_freqs.weight' element 3");
 }
 
 TEST(BadInput, MissingRequiredKey) {

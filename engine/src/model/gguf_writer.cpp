@@ -80,6 +80,18 @@ void GgufWriter::remove(const std::string& key) {
   }
 }
 
+void GgufWriter::rename(const std::string& key, const std::string& new_key) {
+  for (Entry& e : entries_) {
+    if (e.key == key) e.key = new_key;
+  }
+}
+
+std::vector<std::string> GgufWriter::keys() const {
+  std::vector<std::string> keys;
+  for (const Entry& e : entries_) keys.push_back(e.key);
+  return keys;
+}
+
 template <typename T>
 GgufWriter& GgufWriter::set_scalar(const std::string& key, GgufType type, T v) {
   std::vector<uint8_t> e;

@@ -29,6 +29,8 @@ class GgufWriter {
   // Copies a value read from another file (any type, arrays included).
   GgufWriter& set_value(const std::string& key, const GgufValue& v);
   void remove(const std::string& key);
+  void rename(const std::string& key, const std::string& new_key);
+  std::vector<std::string> keys() const;
 
   // Produces a tensor's bytes when the file is written, so generated models
   // never need to be in memory whole. `type_id` is ggml's type number.

@@ -185,6 +185,25 @@ TEST(Streaming, EveryBackendModeAndBudgetIsBitIdentical_TinyStoriesQ8_0) {
                             "Once upon a time, there was a little dog. He liked to run in the park.");
 }
 
+// One file of each family variant the forward pass has: biases (qwen2), Q/K
+// norms, windows on 5 of 6 layers and two rope bases (gemma3), soft-caps,
+// alternating windows and a tied head (gemma2), fused tensors and LongRoPE
+// factors (phi3).
+class FamilyStreaming : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FamilyStreaming, EveryBackendModeAndBudgetIsBitIdentical) {
+  check_every_configuration(std::string(SIPLLM_FIXTURES_DIR) + "/arch/" + GetParam() + ".gguf",
+                            "Once upon a time, there was a little dog. He liked to run in the park.");
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, FamilyStreaming,
+                         ::testing::Values("qwen2-Q8_0", "gemma3-Q4_K_M", "gemma2-Q8_0", "phi3-Q4_K_M"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
 TEST(Streaming, LayerMajorPrefillReadsEachBlockOnceAndMatchesPerToken) {
   const std::vector<uint8_t> bytes = file_bytes(test::model_path("stories260K.gguf"));
   EngineOptions options;
