@@ -88,6 +88,13 @@ OpenOptions open_options(const val& o) {
   e.loader.read_chunk_bytes = static_cast<size_t>(byte_count(o, "readChunkBytes", e.loader.read_chunk_bytes));
   e.prefill_chunk = integer(o, "prefillChunk", e.prefill_chunk);
   e.context_length = integer(o, "contextLength", e.context_length);
+  if (has(o, "kvCacheType")) {
+    const std::string kv = o["kvCacheType"].as<std::string>();
+    if (kv != "f16" && kv != "f32") {
+      throw Error(ErrorKind::kInvalidArgument, "option 'kvCacheType' must be 'f16' or 'f32', not '" + kv + "'");
+    }
+    e.kv_cache_type = kv == "f16" ? KvCacheType::kF16 : KvCacheType::kF32;
+  }
   HttpSourceOptions& h = options.http;
   h.parallel_requests = integer(o, "parallelRequests", h.parallel_requests);
   h.max_retries = integer(o, "maxRetries", h.max_retries);

@@ -31,7 +31,7 @@ const DEFAULT_PARALLEL_REQUESTS = 4;
 // download (see LoadOptions.warmUpMs).
 const DEFAULT_WARM_UP_MS = 500;
 const ENGINE_OPTION_KEYS = [
-  'memoryBudget', 'contextLength', 'ringBuffers', 'loadThreads', 'prefillChunk', 'parallelRequests', 'maxRetries',
+  'memoryBudget', 'contextLength', 'kvCacheType', 'ringBuffers', 'loadThreads', 'prefillChunk', 'parallelRequests', 'maxRetries',
   'backoffMs', 'requestTimeoutMs', 'allowWholeFile', 'cachePageBytes',
 ] as const;
 

@@ -25,6 +25,7 @@ export interface LoadOptions {
   // Where sipllm-*.js/.wasm are served from. Default: the package's wasm/.
   wasmBaseUrl?: string | URL;
   contextLength?: number;      // tokens; default: the model's own
+  kvCacheType?: 'f16' | 'f32'; // how the KV cache keeps keys and values; default 'f16' (as llama.cpp)
   ringBuffers?: number;        // prefetch ring size; default 2
   loadThreads?: number;        // units loaded side by side; default 2 (the sync loader of the single build: none)
   prefillChunk?: number;       // prompt positions per block load; default 512

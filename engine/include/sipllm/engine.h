@@ -36,7 +36,7 @@ constexpr uint64_t kUnlimitedBudget = std::numeric_limits<uint64_t>::max();
 
 struct LoaderOptions {
   LoaderMode mode = LoaderMode::kRing;
-  int n_buffers = 2;  // ring size, at least 1
+  int n_buffers = 2;  // ring size, at least 1 (a budget too small for it gets fewer)
   // Ring mode: units loaded side by side, each by a thread of the loader's;
   // 0 asks the source (WeightSource::parallel_reads: 2 for the network, so
   // the link stays busy across unit boundaries; 1 for a local file).

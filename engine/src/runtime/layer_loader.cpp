@@ -84,15 +84,20 @@ void LayerLoader::choose_residency(const LoaderOptions& options) {
     embedding_resident_ = !model_.tied_output;
     return;
   }
-  const int n_buffers = mode_ == LoaderMode::kSync ? 1 : options.n_buffers;
-  const uint64_t ring = static_cast<uint64_t>(n_buffers) * largest;
-  if (budget != 0 && budget < ring) {
-    throw Error(ErrorKind::kOutOfBudget,
-                "memory budget of " + std::to_string(budget) +
-                    " bytes cannot hold the prefetch ring: it needs at least " +
-                    std::to_string(ring) + " bytes (" + std::to_string(n_buffers) +
-                    " buffers of the largest unit, " + std::to_string(largest) + " bytes)");
+  // The ring shrinks to what a small budget holds (down to one buffer, which
+  // loads the next unit only once the current one is done); a budget that
+  // cannot hold one unit is refused with the size it needs.
+  ring_buffers_ = mode_ == LoaderMode::kSync ? 1 : options.n_buffers;
+  if (budget != 0 && budget < static_cast<uint64_t>(ring_buffers_) * largest) {
+    ring_buffers_ = static_cast<int>(budget / largest);
+    if (ring_buffers_ < 1) {
+      throw Error(ErrorKind::kOutOfBudget,
+                  "memory budget of " + std::to_string(budget) +
+                      " bytes cannot hold the prefetch ring: it needs at least " + std::to_string(largest) +
+                      " bytes (one buffer of the largest unit)");
+    }
   }
+  const uint64_t ring = static_cast<uint64_t>(ring_buffers_) * largest;
   uint64_t remaining = budget == 0 ? 0 : budget - ring;
   for (UnitPlan& p : plans_) {
     if (p.buffer_bytes <= remaining) {
@@ -133,8 +138,7 @@ LayerLoader::LayerLoader(WeightSource& source, const ModelDescription& model,
     }
   }
   if (largest_streamed > 0) {
-    const int n_buffers = mode_ == LoaderMode::kSync ? 1 : options.n_buffers;
-    for (int i = 0; i < n_buffers; ++i) {
+    for (int i = 0; i < ring_buffers_; ++i) {
       ring_.push_back(std::make_unique<Slot>());
       ensure_capacity(ring_.back()->buffer, largest_streamed);
       stats_.ring_bytes += largest_streamed;

@@ -9,7 +9,9 @@
 //     time approaches max(I/O, compute).
 //
 // Under a memory budget, units are kept resident (loaded once, never evicted)
-// in stream order while the budget lasts; the rest stream on every pass.
+// in stream order while the budget lasts; the rest stream on every pass. A
+// budget too small for the ring asked for gets a smaller one, down to a single
+// buffer.
 //
 // The compute thread announces the sequence of units it is about to need
 // (announce), then takes each in turn (acquire ... release). The worker loads
@@ -135,6 +137,7 @@ class LayerLoader {
   std::vector<UnitPlan> plans_;
   std::vector<std::unique_ptr<Slot>> resident_;  // per unit; null when streamed
   std::vector<std::unique_ptr<Slot>> ring_;
+  int ring_buffers_ = 1;  // what the budget allows of the ring asked for
   bool embedding_resident_ = false;
   std::unique_ptr<Slot> embedding_;  // the whole token_embd when resident and untied
 

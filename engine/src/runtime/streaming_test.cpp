@@ -288,6 +288,23 @@ TEST(Streaming, BudgetTooSmallForTheRingNamesWhatItNeeds) {
   }
 }
 
+TEST(Streaming, ABudgetForOneUnitShrinksTheRingToOneBufferWithTheSameOutput) {
+  const std::string path = test::model_path("stories260K.gguf");
+  EngineOptions probe;
+  probe.loader.memory_budget = 0;
+  const uint64_t two_buffers = Engine::open(open_file_source(path), probe)->loader_stats().ring_bytes;
+  EngineOptions options;
+  options.loader.memory_budget = two_buffers * 3 / 4;  // one buffer and a half
+  auto engine = Engine::open(open_file_source(path), options);
+  const LoaderStats s = engine->loader_stats();
+  EXPECT_EQ(s.ring_bytes, two_buffers / 2);
+  EXPECT_EQ(s.resident_units, 0);
+  auto unlimited = Engine::open(open_file_source(path));
+  EXPECT_EQ(test::generate_text(*engine, "Once upon a time", test::greedy(30)),
+            test::generate_text(*unlimited, "Once upon a time", test::greedy(30)));
+  EXPECT_LE(engine->loader_stats().peak_weight_bytes, options.loader.memory_budget);
+}
+
 TEST(Streaming, PrefixReuseMatchesARunFromScratch) {
   const std::string path = test::model_path("stories260K.gguf");
   EngineOptions options;
