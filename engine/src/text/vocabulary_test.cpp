@@ -49,6 +49,17 @@ TEST(Vocabulary, OpensAVocabularyOnlyFile) {
   EXPECT_THROW(Engine::open(open_file_source(test::vocab_fixture_path("gemma3"))), Error);
 }
 
+TEST(Vocabulary, ChatTemplateFixturesAreTheFilesOwn) {
+  // The web package's chat template tests read these extracted copies.
+  for (const char* name : {"qwen3", "llama3", "gemma3"}) {
+    SCOPED_TRACE(name);
+    const auto vocab = Vocabulary::open(open_file_source(test::vocab_fixture_path(name)));
+    ASSERT_FALSE(vocab->chat_template().empty());
+    EXPECT_EQ(vocab->chat_template(),
+              test::read_file(test::fixture_path(std::string("vocab/") + name + ".chat_template.jinja")));
+  }
+}
+
 struct CommandResult {
   int exit_code;
   std::string output;  // stdout, then stderr
