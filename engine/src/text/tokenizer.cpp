@@ -156,13 +156,74 @@ class TextIndex {
     }
   }
 
+  // find() of a[i] + b[i] into ids[i] for i < count (at most kBatch), for
+  // loading: the batch's slots, then where their texts are, then the texts,
+  // are fetched ahead, so that the memory latencies of its lookups overlap
+  // instead of adding up. text_of.prefetch_place(id) and
+  // text_of.prefetch_text(id) fetch ahead what text_of(id) will read.
+  static constexpr size_t kBatch = 256;
+  template <class TextOf>
+  void find_batch(size_t count, const std::string_view* a, const std::string_view* b, int32_t* ids,
+                  const TextOf& text_of) const {
+    uint64_t hashes[kBatch];
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = 0; i < count; ++i) {
+      hashes[i] = hash_text(a[i], b[i]);
+      __builtin_prefetch(&slots_[hashes[i] & mask]);
+    }
+    // The first slot with the same tag is almost always the text's own.
+    for (size_t i = 0; i < count; ++i) {
+      ids[i] = -1;
+      const uint32_t tag = static_cast<uint32_t>(hashes[i] >> 32);
+      for (size_t at = hashes[i] & mask; slots_[at].id >= 0; at = (at + 1) & mask) {
+        if (slots_[at].tag == tag) {
+          ids[i] = slots_[at].id;
+          text_of.prefetch_place(ids[i]);
+          break;
+        }
+      }
+    }
+    for (size_t i = 0; i < count; ++i) {
+      if (ids[i] >= 0) text_of.prefetch_text(ids[i]);
+    }
+    for (size_t i = 0; i < count; ++i) {
+      if (ids[i] < 0) continue;
+      if (!equals_concatenation(text_of(ids[i]), a[i], b[i])) ids[i] = find(a[i], b[i], text_of);
+    }
+  }
+
   // Files `id` under its text unless the text is already there; returns the
   // id the text is filed under (the first one inserted).
   template <class TextOf>
   int32_t insert(int32_t id, const TextOf& text_of) {
     if ((size_ + 1) > slots_.size() / 4 * 3) grow(text_of);
+    return insert_hashed(id, hash_text(text_of(id)), text_of);
+  }
+
+  // insert() of the ids first .. first + count - 1, with their slots fetched
+  // ahead (see find_batch).
+  template <class TextOf>
+  void insert_range(int32_t first, int32_t count, const TextOf& text_of) {
+    uint64_t hashes[kBatch];
+    for (int32_t start = 0; start < count; start += static_cast<int32_t>(kBatch)) {
+      const int32_t n = std::min(count - start, static_cast<int32_t>(kBatch));
+      while ((size_ + static_cast<size_t>(n)) > slots_.size() / 4 * 3) grow(text_of);
+      for (int32_t i = 0; i < n; ++i) {
+        hashes[i] = hash_text(text_of(first + start + i));
+        __builtin_prefetch(&slots_[hashes[i] & (slots_.size() - 1)]);
+      }
+      for (int32_t i = 0; i < n; ++i) {
+        // Empty texts are never looked up (an empty special token would
+        // match everywhere).
+        if (!text_of(first + start + i).empty()) insert_hashed(first + start + i, hashes[i], text_of);
+      }
+    }
+  }
+
+ private:
+  template <class TextOf>
+  int32_t insert_hashed(int32_t id, uint64_t h, const TextOf& text_of) {
     const std::string_view text = text_of(id);
-    const uint64_t h = hash_text(text);
     const uint32_t tag = static_cast<uint32_t>(h >> 32);
     const size_t mask = slots_.size() - 1;
     for (size_t i = h & mask;; i = (i + 1) & mask) {
@@ -176,7 +237,6 @@ class TextIndex {
     }
   }
 
- private:
   struct Slot {
     uint32_t tag;
     int32_t id;  // -1: empty
@@ -229,6 +289,9 @@ class KeyTable {
       }
     }
   }
+
+  // Fetches ahead the slot where a look-up of `key` starts.
+  void prefetch(uint64_t key) const { __builtin_prefetch(&slots_[mix64(key) & (slots_.size() - 1)]); }
 
   const Entry* find(uint64_t key) const {
     if (slots_.empty()) return nullptr;
@@ -342,6 +405,15 @@ class VocabularyTokenizer : public Tokenizer {
   // parse_special.
   std::vector<Fragment> partition(std::string_view text, bool parse_special) const;
 
+  // The ids of the texts a[i] + b[i] (i < count), -1 where there is none; a
+  // faster find_token for many texts at once (it may return ids from
+  // n_vocab() up, of texts filed by intern()).
+  void find_texts(size_t count, const std::string_view* a, const std::string_view* b, int32_t* ids) const {
+    for (size_t start = 0; start < count; start += TextIndex::kBatch) {
+      index_.find_batch(std::min(TextIndex::kBatch, count - start), a + start, b + start, ids + start, TextOf{this});
+    }
+  }
+
   // Files a text past the vocabulary (id n_vocab() and up) unless some
   // token or earlier text has it; returns the id that holds the text a + b.
   int32_t intern(std::string_view a, std::string_view b) {
@@ -358,6 +430,10 @@ class VocabularyTokenizer : public Tokenizer {
   struct TextOf {
     const VocabularyTokenizer* self;
     std::string_view operator()(int32_t id) const { return self->text_of(id); }
+    void prefetch_place(int32_t id) const { __builtin_prefetch(&self->text_offsets_[static_cast<size_t>(id)]); }
+    void prefetch_text(int32_t id) const {
+      __builtin_prefetch(self->text_bytes_.data() + self->text_offsets_[static_cast<size_t>(id)]);
+    }
   };
 
   void build_special_trie();
@@ -435,9 +511,7 @@ void VocabularyTokenizer::load_common(const GgufFile& file, const Defaults& defa
   // empty texts are never looked up (an empty special token would match
   // everywhere).
   index_.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (text_offsets_[i + 1] != text_offsets_[i]) index_.insert(static_cast<int32_t>(i), TextOf{this});
-  }
+  index_.insert_range(0, static_cast<int32_t>(n), TextOf{this});
 
   bos_ = read_special_id(file, kKeyBos, defaults.bos, n);
   eos_ = read_special_id(file, kKeyEos, defaults.eos, n);
@@ -900,20 +974,44 @@ class ByteLevelBpeTokenizer final : public VocabularyTokenizer {
       byte_symbols_[b] = intern(symbol, {});
     }
 
-    const GgufValue& merges = file.require_array(kKeyMerges, GgufType::kString);
-    merges_.reserve(merges.strings.size());
-    for (size_t rank = 0; rank < merges.strings.size(); ++rank) {
-      const std::string_view line = merges.strings[rank];
-      // "left right", split at the first space after the first byte. A line
-      // without a separator, or with an empty side, can never match (llama.cpp
-      // files it under an empty pair) and is skipped. The first occurrence of
-      // a pair keeps its rank.
-      const size_t space = line.size() < 3 ? std::string_view::npos : line.find(' ', 1);
-      if (space == std::string_view::npos || space + 1 == line.size()) continue;
-      const std::string_view left = line.substr(0, space);
-      const std::string_view right = line.substr(space + 1);
-      merges_.insert(pair_key(intern(left, {}), intern(right, {})), static_cast<int32_t>(rank),
-                     intern(left, right));
+    const std::vector<std::string>& lines = file.require_array(kKeyMerges, GgufType::kString).strings;
+    merges_.reserve(lines.size());
+    // Batches of merges: their texts are looked up together (see find_texts).
+    constexpr size_t kMergesPerBatch = 128;
+    std::string_view firsts[3 * kMergesPerBatch];
+    std::string_view seconds[3 * kMergesPerBatch];
+    int32_t ids[3 * kMergesPerBatch];
+    int32_t ranks[kMergesPerBatch];
+    uint64_t keys[kMergesPerBatch];
+    for (size_t start = 0; start < lines.size(); start += kMergesPerBatch) {
+      size_t count = 0;
+      for (size_t rank = start; rank < std::min(lines.size(), start + kMergesPerBatch); ++rank) {
+        const std::string_view line = lines[rank];
+        // "left right", split at the first space after the first byte. A
+        // line without a separator, or with an empty side, can never match
+        // (llama.cpp files it under an empty pair) and is skipped.
+        const size_t space = line.size() < 3 ? std::string_view::npos : line.find(' ', 1);
+        if (space == std::string_view::npos || space + 1 == line.size()) continue;
+        const std::string_view left = line.substr(0, space);
+        const std::string_view right = line.substr(space + 1);
+        firsts[3 * count] = left;          // the left side
+        seconds[3 * count] = {};
+        firsts[3 * count + 1] = right;     // the right side
+        seconds[3 * count + 1] = {};
+        firsts[3 * count + 2] = left;      // the joined text
+        seconds[3 * count + 2] = right;
+        ranks[count++] = static_cast<int32_t>(rank);
+      }
+      find_texts(3 * count, firsts, seconds, ids);
+      for (size_t i = 0; i < 3 * count; ++i) {
+        if (ids[i] < 0) ids[i] = intern(firsts[i], seconds[i]);
+      }
+      for (size_t m = 0; m < count; ++m) {
+        keys[m] = pair_key(ids[3 * m], ids[3 * m + 1]);
+        merges_.prefetch(keys[m]);
+      }
+      // The first occurrence of a pair keeps its rank.
+      for (size_t m = 0; m < count; ++m) merges_.insert(keys[m], ranks[m], ids[3 * m + 2]);
     }
   }
 
