@@ -94,6 +94,7 @@ const std::vector<FimRole>& fim_roles() {
 
 #undef SIPLLM_FULLWIDTH_BAR
 #undef SIPLLM_SPACE_MARKER
+
 bool is_c_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
 // ---------------------------------------------------------------------------

@@ -440,11 +440,11 @@ TEST(TokenizerRobustness, RandomBytesRoundTrip) {
       for (int32_t id : special) ASSERT_TRUE(id >= 0 && id < tokenizer->n_vocab());
       const std::vector<int32_t> ids = tokenizer->encode(text, false, false);
       for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < tokenizer->n_vocab());
-      // Known losses: phi-3's "</s>" is a user-defined token that eats the
-      // spaces after it, and SentencePiece reads a literal "▁" as a space.
+      // The known loss: SentencePiece reads a literal "▁" as a space. (Phi-3's
+      // "</s>", user-defined in the file, would eat the spaces after it, but
+      // it is an end-of-turn text, hence a control token, plain text here.)
       const bool spm = tokenizer->strips_leading_space();
-      const bool lossy = (std::string(name) == "phi-3" && text.find("</s>") != std::string::npos) ||
-                         (spm && text.find("\xE2\x96\x81") != std::string::npos);
+      const bool lossy = spm && text.find("\xE2\x96\x81") != std::string::npos;
       if (spells_every_byte && !lossy) EXPECT_EQ(escape(tokenizer->decode(ids)), escape(text));
       TextDecoder decoder(*tokenizer);
       std::string streamed;
