@@ -15,6 +15,7 @@ const char* const kUsage =
     "      MODEL may be an http:// or https:// URL: it streams over range requests\n"
     "  sipllm info -m MODEL.gguf                               describe a model\n"
     "  sipllm tokenize -m MODEL.gguf -p TEXT                   print token ids\n"
+    "      MODEL may hold only a vocabulary (tokenizer keys, no tensors)\n"
     "  sipllm bench -m MODEL.gguf [options]                    profile streaming\n"
     "  sipllm gen --shape NAME --type TYPE --vocab V.gguf -o OUT.gguf\n"
     "                                                          write a random-weight model\n"
@@ -28,6 +29,14 @@ const char* const kUsage =
     "  --stop STRING       stop before STRING (repeatable)\n"
     "  --logits-out FILE   write the float32 logits of every prompt position\n"
     "                      (int32 n_positions, int32 n_vocab, then the rows)\n"
+    "\n"
+    "text (run, tokenize):\n"
+    "  --no-special        add no BOS/EOS, whatever the model's metadata asks\n"
+    "  --no-parse-special  \"<|im_start|>\" in the text is plain text, not a control token\n"
+    "\n"
+    "tokenize:\n"
+    "  -f, --file FILE     tokenize the bytes of FILE instead of -p TEXT\n"
+    "  --timing            print the vocabulary load time and encode speed on stderr\n"
     "\n"
     "engine:\n"
     "  --threads N         compute threads (default: all cores)\n"
@@ -145,6 +154,15 @@ ParsedArgs parse_args(const std::string& command, const std::vector<std::string>
       s.seed = static_cast<uint64_t>(parse_int(flag, r.value(flag), 0, std::numeric_limits<long long>::max()));
     } else if (flag == "--stop") {
       p.run.generate.stop.push_back(r.value(flag));
+    } else if (flag == "--no-special") {
+      p.run.generate.add_special = false;
+    } else if (flag == "--no-parse-special") {
+      p.run.generate.parse_special = false;
+    } else if (flag == "-f" || flag == "--file") {
+      p.tokenize.file = r.value(flag);
+      have_prompt = true;
+    } else if (flag == "--timing") {
+      p.tokenize.timing = true;
     } else if (flag == "--logits-out") {
       p.run.logits_out = r.value(flag);
     } else if (flag == "--threads" || flag == "-t") {
@@ -209,7 +227,9 @@ ParsedArgs parse_args(const std::string& command, const std::vector<std::string>
     }
   }
   if (p.common.model.empty()) throw UsageError(command + " needs a model: -m MODEL.gguf");
-  if (command == "tokenize" && !have_prompt) throw UsageError("tokenize needs text: -p TEXT");
+  if (command == "tokenize" && !have_prompt) throw UsageError("tokenize needs text: -p TEXT or -f FILE");
+  if (!p.tokenize.file.empty() && command != "tokenize") throw UsageError("--file is for tokenize");
+  if (!p.tokenize.file.empty() && !p.run.prompt.empty()) throw UsageError("give -p TEXT or -f FILE, not both");
   if (is_http_url(p.common.model) && p.common.backend == Backend::kMmap) {
     throw UsageError("--mmap needs a file, not a URL");
   }
@@ -247,14 +267,18 @@ std::unique_ptr<WeightSource> open_http_model(const CommonOptions& options) {
 
 }  // namespace
 
-std::unique_ptr<Engine> open_engine(const CommonOptions& options) {
+std::unique_ptr<WeightSource> open_source(const CommonOptions& options) {
   std::unique_ptr<WeightSource> source = is_http_url(options.model)    ? open_http_model(options)
                                          : options.backend == Backend::kMmap ? open_mmap_source(options.model)
                                                                              : open_file_source(options.model);
   if (options.throttle.bandwidth_mb_per_s > 0 || options.throttle.latency_ms > 0) {
     source = make_throttled_source(std::move(source), options.throttle);
   }
-  return Engine::open(std::move(source), options.engine);
+  return source;
+}
+
+std::unique_ptr<Engine> open_engine(const CommonOptions& options) {
+  return Engine::open(open_source(options), options.engine);
 }
 
 std::string format_stats_line(const GenerationStats& s, const CommonOptions& options) {

@@ -42,6 +42,11 @@ struct RunOptions {
   std::string logits_out;
 };
 
+struct TokenizeOptions {
+  std::string file;     // --file: tokenize this file's bytes instead of -p
+  bool timing = false;  // --timing: load and encode times on stderr
+};
+
 struct BenchOptions {
   int prompt_tokens = 128;
   int gen_tokens = 32;
@@ -51,7 +56,8 @@ struct BenchOptions {
 
 struct ParsedArgs {
   CommonOptions common;
-  RunOptions run;
+  RunOptions run;  // also holds tokenize's text (prompt) and special-token flags
+  TokenizeOptions tokenize;
   BenchOptions bench;
 };
 
@@ -62,8 +68,11 @@ bool is_http_url(const std::string& model);
 // $XDG_CACHE_HOME/sipllm, else $HOME/.cache/sipllm, else "" (no cache).
 std::string default_cache_dir();
 
-// Opens the model with the chosen backend, throttle and engine options; a URL
-// streams over HTTP range requests through libcurl and the directory cache.
+// Opens the model file with the chosen backend and throttle; a URL streams
+// over HTTP range requests through libcurl and the directory cache.
+std::unique_ptr<WeightSource> open_source(const CommonOptions& options);
+
+// open_source, then the engine with the chosen engine options.
 std::unique_ptr<Engine> open_engine(const CommonOptions& options);
 
 std::string format_stats_line(const GenerationStats& stats, const CommonOptions& options);

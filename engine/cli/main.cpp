@@ -2,20 +2,23 @@
 //
 //   sipllm run -m MODEL.gguf -p "PROMPT" -n N [sampling] [--logits-out FILE]
 //   sipllm info -m MODEL.gguf
-//   sipllm tokenize -m MODEL.gguf -p "TEXT"
+//   sipllm tokenize -m MODEL.gguf -p "TEXT" [--no-special] [--no-parse-special] [--timing]
 //   sipllm bench -m MODEL.gguf [loader and run options]
 //   sipllm gen --shape NAME --type TYPE --vocab VOCAB.gguf -o OUT.gguf
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "cli_options.h"
 #include "sipllm/engine.h"
 #include "sipllm/random_model.h"
+#include "sipllm/vocabulary.h"
 
 namespace sipllm::cli {
 namespace {
@@ -38,11 +41,35 @@ int run_info(const CommonOptions& common) {
   return 0;
 }
 
-int run_tokenize(const CommonOptions& common, const std::string& text) {
-  auto engine = open_engine(common);
-  const std::vector<int32_t> ids = engine->tokenize(text);
-  for (size_t i = 0; i < ids.size(); ++i) std::printf(i ? " %d" : "%d", ids[i]);
-  std::printf("\n");
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorKind::kIo, path + ": cannot open for reading");
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Prints the token ids of the text on one line. Only the vocabulary is read,
+// so a file without weights (or hyper-parameters) works too.
+int run_tokenize(const CommonOptions& common, const RunOptions& run, const TokenizeOptions& options) {
+  const std::string text = options.file.empty() ? run.prompt : read_text_file(options.file);
+  const auto load_start = std::chrono::steady_clock::now();
+  const std::unique_ptr<Vocabulary> vocab = Vocabulary::open(open_source(common));
+  const double load_ms = ms_since(load_start);
+  const auto encode_start = std::chrono::steady_clock::now();
+  const std::vector<int32_t> ids = vocab->tokenize(text, run.generate.add_special, run.generate.parse_special);
+  const double encode_ms = ms_since(encode_start);
+  std::string line;
+  for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
+  std::printf("%s\n", line.c_str());
+  if (options.timing) {
+    std::fprintf(stderr, "vocabulary: %d tokens, %s, loaded in %.1f ms\n", vocab->size(), vocab->kind().c_str(),
+                 load_ms);
+    std::fprintf(stderr, "encode: %zu bytes -> %zu tokens in %.2f ms (%.2f MB/s)\n", text.size(), ids.size(),
+                 encode_ms, encode_ms > 0 ? static_cast<double>(text.size()) / 1e3 / encode_ms : 0.0);
+  }
   return 0;
 }
 
@@ -121,7 +148,7 @@ int main_with_args(std::vector<std::string> args) {
   if (command == "gen") return run_gen(args);
   ParsedArgs parsed = parse_args(command, args);
   if (command == "info") return run_info(parsed.common);
-  if (command == "tokenize") return run_tokenize(parsed.common, parsed.run.prompt);
+  if (command == "tokenize") return run_tokenize(parsed.common, parsed.run, parsed.tokenize);
   if (command == "run") return run_generate(parsed.common, parsed.run);
   if (command == "bench") return run_bench(parsed.common, parsed.bench);
   throw UsageError("unknown command '" + command + "'");

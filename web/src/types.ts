@@ -92,8 +92,10 @@ export interface GenerateOptions {
 }
 
 export interface ChatMessage {
-  role: string;  // 'system' | 'user' | 'assistant' | ...
+  role: string;  // 'system' | 'user' | 'assistant' | 'tool' | ...
   content: string;
+  // Any other field (tool_calls, reasoning_content, ...) reaches the template as is.
+  [field: string]: unknown;
 }
 
 export interface ChatOptions extends GenerateOptions {

@@ -58,26 +58,40 @@ class Tokenizer {
   // (SentencePiece's add_space_prefix).
   virtual bool strips_leading_space() const = 0;
 
-  int32_t n_vocab() const { return static_cast<int32_t>(tokens_.size()); }
-  const std::string& token_text(int32_t id) const { return tokens_.at(static_cast<size_t>(id)); }
-  TokenType token_type(int32_t id) const { return types_.at(static_cast<size_t>(id)); }
+  int32_t n_vocab() const { return n_vocab_; }
+  // The token's text as stored in the file. Throws Error(kInvalidArgument)
+  // for an id outside the vocabulary, as token_bytes() does.
+  std::string_view token_text(int32_t id) const;
+  TokenType token_type(int32_t id) const;
   int32_t bos() const { return bos_; }  // -1 when the vocabulary has none
   int32_t eos() const { return eos_; }
   bool add_bos() const { return add_bos_; }
   bool add_eos() const { return add_eos_; }
-  // End of generation: EOS, EOT and similar control tokens named in metadata.
+  // End of generation: the tokens llama.cpp's loader marks so (EOS, EOT, EOM,
+  // the FIM pad/repo/separator tokens, and every token whose text is one of
+  // its end-of-turn markers); see end_of_generation_tokens().
   bool is_end_of_generation(int32_t id) const;
+  // Those tokens, ascending.
+  const std::vector<int32_t>& end_of_generation_tokens() const { return end_of_generation_; }
   // "llama (SentencePiece BPE)" or "gpt2 (byte-level BPE, pre-tokenizer deepseek-coder)".
   virtual std::string kind() const = 0;
 
  protected:
-  std::vector<std::string> tokens_;
+  Tokenizer() = default;
+
+  // Every token's text, back to back: token i is
+  // text_bytes_[text_offsets_[i], text_offsets_[i + 1]). One buffer instead of
+  // a string per token keeps loading a 262k-token vocabulary quick. Texts
+  // past the n_vocab_ tokens are a tokenizer's own (see ByteLevelBpeTokenizer).
+  std::string text_bytes_;
+  std::vector<size_t> text_offsets_ = {0};
+  int32_t n_vocab_ = 0;
   std::vector<TokenType> types_;
   int32_t bos_ = -1;
   int32_t eos_ = -1;
   bool add_bos_ = false;
   bool add_eos_ = false;
-  std::vector<int32_t> end_of_generation_;
+  std::vector<int32_t> end_of_generation_;  // ascending
 };
 
 // Turns a stream of tokens into text, emitting only complete UTF-8 sequences:

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -17,9 +16,14 @@
 #include "sipllm/weight_source.h"
 #include "test_support.h"
 #include "text/unicode.h"
+#include "vocab_cases.h"
 
 namespace sipllm {
 namespace {
+
+using test::escape;
+using test::ids_to_string;
+using test::read_vocab_cases;
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -141,85 +145,8 @@ void expect_error(Fn fn, ErrorKind kind, const std::string& needle) {
   }
 }
 
-std::string escape(const std::string& text) {
-  std::string out;
-  for (unsigned char c : text) {
-    if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
-
-std::string ids_to_string(const std::vector<int32_t>& ids) {
-  std::string out;
-  for (int32_t id : ids) out += (out.empty() ? "" : " ") + std::to_string(id);
-  return out;
-}
-
 // ---------------------------------------------------------------------------
-// llama.cpp's tokenizer test pairs (models/ggml-vocab-*.gguf.inp/.out), read
-// the way its tests/test-tokenizer-0.cpp reads them: the .inp is split at
-// "\n__ggml_vocab_test__\n" (so each case loses the newline before the
-// separator, and nothing follows the last separator), the .out has one line
-// of space-separated ids per case.
-
-struct VocabCase {
-  std::string text;
-  std::vector<int32_t> ids;
-};
-
-std::vector<VocabCase> read_vocab_cases(const std::string& gguf_path) {
-  const std::string inp = test::read_file(gguf_path + ".inp");
-  const std::string out = test::read_file(gguf_path + ".out");
-  const std::string separator = "\n__ggml_vocab_test__\n";
-
-  std::vector<std::string> texts;
-  size_t pos = 0;
-  while (pos < inp.size()) {
-    const size_t next = inp.find(separator, pos);
-    if (next == std::string::npos) {
-      texts.push_back(inp.substr(pos));
-      break;
-    }
-    texts.push_back(inp.substr(pos, next - pos));
-    pos = next + separator.size();
-  }
-
-  std::vector<std::vector<int32_t>> id_lines;
-  size_t line_start = 0;
-  while (line_start < out.size()) {
-    size_t line_end = out.find('\n', line_start);
-    if (line_end == std::string::npos) line_end = out.size();
-    std::vector<int32_t> ids;
-    const std::string line = out.substr(line_start, line_end - line_start);
-    size_t p = 0;
-    while (p < line.size()) {
-      while (p < line.size() && line[p] == ' ') ++p;
-      size_t q = p;
-      while (q < line.size() && line[q] != ' ') ++q;
-      if (q > p) ids.push_back(std::stoi(line.substr(p, q - p)));
-      p = q;
-    }
-    id_lines.push_back(ids);
-    line_start = line_end + 1;
-  }
-
-  std::vector<VocabCase> cases;
-  EXPECT_EQ(texts.size(), id_lines.size()) << gguf_path << ": .inp and .out disagree on the case count";
-  for (size_t i = 0; i < std::min(texts.size(), id_lines.size()); ++i) {
-    cases.push_back({texts[i], id_lines[i]});
-  }
-  return cases;
-}
+// llama.cpp's tokenizer test pairs (models/ggml-vocab-*.gguf.inp/.out).
 
 struct VocabUnderTest {
   const char* name;  // ggml-vocab-<name>.gguf
@@ -235,14 +162,14 @@ class TokenizerVocabTest : public ::testing::TestWithParam<VocabUnderTest> {};
 TEST_P(TokenizerVocabTest, EncodesAndDecodesEveryCaseLikeLlamaCpp) {
   const VocabUnderTest& vocab = GetParam();
   const std::unique_ptr<Tokenizer> tokenizer = load_vocab(vocab.name);
-  const std::vector<VocabCase> cases =
-      read_vocab_cases(vocab_path(vocab.cases_from != nullptr ? vocab.cases_from : vocab.name));
+  const std::string cases_path = vocab_path(vocab.cases_from != nullptr ? vocab.cases_from : vocab.name);
+  const std::vector<test::VocabCase> cases = read_vocab_cases(cases_path + ".inp", cases_path + ".out");
   ASSERT_EQ(cases.size(), vocab.expected_cases);
 
   size_t encoded_ok = 0;
   size_t decoded_ok = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
-    const VocabCase& c = cases[i];
+    const test::VocabCase& c = cases[i];
     SCOPED_TRACE("case " + std::to_string(i) + ": '" + escape(c.text) + "'");
     const std::vector<int32_t> ids = tokenizer->encode(c.text, /*add_special=*/false, /*parse_special=*/false);
     EXPECT_EQ(ids_to_string(ids), ids_to_string(c.ids));
@@ -513,11 +440,11 @@ TEST(TokenizerRobustness, RandomBytesRoundTrip) {
       for (int32_t id : special) ASSERT_TRUE(id >= 0 && id < tokenizer->n_vocab());
       const std::vector<int32_t> ids = tokenizer->encode(text, false, false);
       for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < tokenizer->n_vocab());
-      // Known losses: phi-3's "</s>" is a user-defined token that eats the
-      // spaces after it, and SentencePiece reads a literal "▁" as a space.
+      // The known loss: SentencePiece reads a literal "▁" as a space. (Phi-3's
+      // "</s>", user-defined in the file, would eat the spaces after it, but
+      // it is an end-of-turn text, hence a control token, plain text here.)
       const bool spm = tokenizer->strips_leading_space();
-      const bool lossy = (std::string(name) == "phi-3" && text.find("</s>") != std::string::npos) ||
-                         (spm && text.find("\xE2\x96\x81") != std::string::npos);
+      const bool lossy = spm && text.find("\xE2\x96\x81") != std::string::npos;
       if (spells_every_byte && !lossy) EXPECT_EQ(escape(tokenizer->decode(ids)), escape(text));
       TextDecoder decoder(*tokenizer);
       std::string streamed;
@@ -528,47 +455,24 @@ TEST(TokenizerRobustness, RandomBytesRoundTrip) {
   }
 }
 
-TEST(TokenizerPerformance, LoadsAndEncodesQuickly) {
-  using Clock = std::chrono::steady_clock;
-  const auto seconds_since = [](Clock::time_point start) {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-  };
-
-  auto start = Clock::now();
-  const auto gpt2 = load_vocab("gpt-2");
-  const double gpt2_load = seconds_since(start);
-  EXPECT_LT(gpt2_load, 1.0);
-
-  // ~200 KB of mixed text, plus pathological runs: one long word, one long
-  // run of spaces, one long run of digits.
-  const std::string path = test::model_path("llama.cpp-vocab/ggml-vocab-gpt-2.gguf.inp");
-  const std::string sample = test::read_file(path);
+// Long inputs and pathological runs (one long word, one long run of spaces,
+// one of digits) come back whole. How fast they go is measured by
+// `sipllm tokenize --timing`, not here: a test never asserts wall-clock time.
+TEST(TokenizerLongText, PathologicalRunsRoundTrip) {
+  const std::string sample = test::read_file(test::model_path("llama.cpp-vocab/ggml-vocab-gpt-2.gguf.inp"));
   std::string text;
   while (text.size() < 200000) text += sample;
   text += std::string(20000, 'a') + std::string(20000, ' ') + std::string(20000, '7') + "\n";
 
-  start = Clock::now();
-  const std::vector<int32_t> ids = gpt2->encode(text, false, false);
-  const double gpt2_encode = seconds_since(start);
-  EXPECT_EQ(gpt2->decode(ids), text);
-  EXPECT_LT(gpt2_encode, 2.0);
-
-  const auto spm = load_vocab("llama-spm");
-  start = Clock::now();
-  const std::vector<int32_t> spm_ids = spm->encode(text, false, false);
-  const double spm_encode = seconds_since(start);
-  EXPECT_EQ(spm->decode(spm_ids), text);
-  EXPECT_LT(spm_encode, 2.0);
-
-  const auto llm = load_vocab("deepseek-llm");
-  start = Clock::now();
-  const std::vector<int32_t> llm_ids = llm->encode(text, false, true);
-  const double llm_encode = seconds_since(start);
-  EXPECT_LT(llm_encode, 2.0);
-
-  std::printf("[          ] gpt-2 load %.3f s; %zu bytes encoded by gpt-2 in %.3f s, llama-spm %.3f s, "
-              "deepseek-llm (2400 special tokens) %.3f s\n",
-              gpt2_load, text.size(), gpt2_encode, spm_encode, llm_encode);
+  for (const char* name : {"gpt-2", "llama-spm", "deepseek-llm"}) {
+    SCOPED_TRACE(name);
+    const auto tokenizer = load_vocab(name);
+    const std::vector<int32_t> ids = tokenizer->encode(text, false, false);
+    EXPECT_EQ(tokenizer->decode(ids), text);
+    // With special-token parsing on, the same text has no special token in
+    // it and so gives the same ids.
+    EXPECT_EQ(tokenizer->encode(text, false, true), ids);
+  }
 }
 
 // ---------------------------------------------------------------------------
