@@ -60,7 +60,11 @@ import { readVocab } from './gguf-vocab.mjs';
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 
-const SHAPES = ['smollm-135m', 'qwen2.5-0.5b'];
+const SHAPES = ['smollm-135m', 'qwen2.5-0.5b', 'qwen3-0.6b', 'llama-3.2-1b'];
+// The models' own vocabularies where the project carries them
+// (tests/fixtures/vocab), so that the output head is as heavy as the real
+// model's: 151,936 rows for Qwen3, 128,256 for Llama 3.
+const SHAPE_VOCABS = { 'qwen3-0.6b': 'qwen3', 'llama-3.2-1b': 'llama3', 'gemma3-1b': 'gemma3' };
 const TYPES = ['Q8_0', 'Q4_0', 'Q4_K_M'];
 const TARGETS = { decode: 2.5, prefill: 5, coldTtft: 0.5 };
 const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
@@ -95,8 +99,9 @@ setup:
                        wasm-bindings/, holding sipllm-threaded.{js,wasm,worker.js})
                        instead of web/wasm
   --models-dir DIR     where the generated models live (default build/bench-models)
-  --vocab FILE         vocab GGUF for new models
-                       (default ../shared/models/llama.cpp-vocab/ggml-vocab-llama-spm.gguf)
+  --vocab FILE         vocab GGUF for new models (default: the shape's own
+                       for qwen3-0.6b and llama-3.2-1b, else
+                       ../shared/models/llama.cpp-vocab/ggml-vocab-llama-spm.gguf)
   --cli FILE           the native CLI (default $SIPLLM_CLI or build/native/engine/sipllm)
   --chromium FILE      the browser (default $CHROMIUM or /usr/bin/chromium)
   --browser-arg ARG    one more browser argument (repeatable), e.g. --js-flags=...
@@ -113,7 +118,8 @@ function parseOptions(argv) {
     promptTokens: 128, genTokens: 64, warmRuns: null, context: 512, seed: 1,
     mbps: 0, latencyMs: 0, build: false, wasmDir: null,
     modelsDir: join(repoRoot, 'build/bench-models'),
-    vocab: resolve(repoRoot, '../shared/models/llama.cpp-vocab/ggml-vocab-llama-spm.gguf'),
+    vocab: null,
+    defaultVocab: resolve(repoRoot, '../shared/models/llama.cpp-vocab/ggml-vocab-llama-spm.gguf'),
     cli: process.env.SIPLLM_CLI ?? join(repoRoot, 'build/native/engine/sipllm'),
     chromium: process.env.CHROMIUM ?? '/usr/bin/chromium',
     timeoutS: 1200, json: null, verbose: false, browserArgs: [],
@@ -248,6 +254,21 @@ function checkSipllmBuild(o) {
   }
 }
 
+// The vocab GGUF a shape's model is written with: --vocab, else the shape's
+// own (unpacked from the fixtures once), else the default.
+function vocabFor(o, shape) {
+  if (o.vocab) return o.vocab;
+  const name = SHAPE_VOCABS[shape];
+  if (name === undefined) return o.defaultVocab;
+  const file = join(o.modelsDir, 'vocab', `ggml-vocab-${name}.gguf`);
+  if (!existsSync(file)) {
+    mkdirSync(dirname(file), { recursive: true });
+    run('tar', ['-xJf', join(repoRoot, `tests/fixtures/vocab/ggml-vocab-${name}.gguf.tar.xz`), '-C', dirname(file)],
+        `unpacking the ${name} vocabulary`);
+  }
+  return file;
+}
+
 function ensureModels(o) {
   mkdirSync(o.modelsDir, { recursive: true });
   const models = [];
@@ -255,8 +276,9 @@ function ensureModels(o) {
     for (const type of o.types) {
       const path = join(o.modelsDir, `${shape}-${type}.gguf`);
       if (!existsSync(path)) {
-        if (!existsSync(o.vocab)) throw new Error(`the vocab ${o.vocab} is missing (set --vocab)`);
-        run(o.cli, ['gen', '--shape', shape, '--type', type, '--vocab', o.vocab, '-o', path], `writing ${path}`);
+        const vocab = vocabFor(o, shape);
+        if (!existsSync(vocab)) throw new Error(`the vocab ${vocab} is missing (set --vocab)`);
+        run(o.cli, ['gen', '--shape', shape, '--type', type, '--vocab', vocab, '-o', path], `writing ${path}`);
       }
       models.push({ shape, type, path, file: basename(path), bytes: statSync(path).size });
     }
@@ -648,7 +670,7 @@ async function main() {
   mkdirSync(dirname(jsonPath), { recursive: true });
   writeFileSync(jsonPath, JSON.stringify({
     options: {
-      ...o, modelsDir: relative(repoRoot, o.modelsDir), cli: relative(repoRoot, o.cli), vocab: relative(repoRoot, o.vocab),
+      ...o, modelsDir: relative(repoRoot, o.modelsDir), cli: relative(repoRoot, o.cli), vocab: o.vocab ? relative(repoRoot, o.vocab) : 'per shape',
       wasmDir: o.wasmDir === null ? null : relative(repoRoot, o.wasmDir),
     },
     meta,
