@@ -177,6 +177,8 @@ val loader_stats_object(const LoaderStats& s) {
   o.set("residentBytes", static_cast<double>(s.resident_bytes));
   o.set("ringBytes", static_cast<double>(s.ring_bytes));
   o.set("peakWeightBytes", static_cast<double>(s.peak_weight_bytes));
+  o.set("memoryBudget", s.memory_budget == kUnlimitedBudget ? -1.0 : static_cast<double>(s.memory_budget));
+  o.set("workingBytes", static_cast<double>(s.working_bytes));
   o.set("residentUnits", s.resident_units);
   o.set("streamedUnits", s.streamed_units);
   o.set("loadThreads", s.load_threads);

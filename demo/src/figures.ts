@@ -28,11 +28,13 @@ function hitRate(stats: Stats): { value: string; detail: string } {
 }
 
 function memory(stats: Stats): { value: string; detail: string; fraction: number | null } {
-  const inUse = stats.loader.residentBytes + stats.loader.ringBytes;
+  // What the budget covers: weights, and working memory (activations,
+  // scratch and the KV cache).
+  const inUse = stats.loader.residentBytes + stats.loader.ringBytes + stats.loader.workingBytes;
   const budget = stats.memoryBudget;
   const value = budget === null ? `${formatBytes(inUse)} (no budget)` : `${formatBytes(inUse)} of ${formatBytes(budget)}`;
   const detail = `weights: ${formatBytes(stats.loader.residentBytes)} resident + ${formatBytes(stats.loader.ringBytes)} ring; ` +
-                 `peak ${formatBytes(stats.loader.peakWeightBytes)}; KV cache ${formatBytes(stats.kvCacheBytes)}; ` +
+                 `working memory ${formatBytes(stats.loader.workingBytes)} (KV cache ${formatBytes(stats.kvCacheBytes)}); ` +
                  `WebAssembly heap ${formatBytes(stats.heapBytes)}`;
   return { value, detail, fraction: budget === null || budget === 0 ? null : inUse / budget };
 }

@@ -186,6 +186,8 @@ export interface LoaderStats {
   residentBytes: number;
   ringBytes: number;
   peakWeightBytes: number;
+  memoryBudget: number;  // bytes the engine may take; -1: no budget
+  workingBytes: number;  // of those, activations, scratch and the KV cache so far
   residentUnits: number;
   streamedUnits: number;
   loadThreads: number;         // units loaded side by side (0: the sync loader)

@@ -41,9 +41,12 @@ struct LoaderOptions {
   // 0 asks the source (WeightSource::parallel_reads: 2 for the network, so
   // the link stays busy across unit boundaries; 1 for a local file).
   int load_threads = 0;
-  // Bytes of weights kept in memory, ring included. Units stay resident in
-  // stream order while the budget lasts; the rest stream on every pass.
-  // 0 keeps nothing resident: only the ring (the minimum possible).
+  // Bytes of memory the engine may take: weights (resident units and the
+  // ring), the KV cache, activations and scratch. Units stay resident in
+  // stream order while the budget lasts; the rest stream on every pass; as
+  // the conversation's KV cache grows, resident units give way and stream.
+  // 0 keeps no weights resident: only the ring (the minimum possible), the
+  // working memory unbounded.
   uint64_t memory_budget = kUnlimitedBudget;
   // Streamed units are read in pieces of at most this many bytes, so that
   // cancellation is prompt and progress is smooth.
@@ -129,6 +132,10 @@ struct LoaderStats {
   uint64_t resident_bytes = 0;     // weights kept in memory for good
   uint64_t ring_bytes = 0;         // buffers currently allocated for streaming
   uint64_t peak_weight_bytes = 0;  // peak of resident + ring
+  // The memory budget (kUnlimitedBudget: none), and of it what the working
+  // memory takes: activations and scratch, and the KV cache so far.
+  uint64_t memory_budget = kUnlimitedBudget;
+  uint64_t working_bytes = 0;
   int resident_units = 0;
   int streamed_units = 0;
   int load_threads = 0;  // units loaded side by side (0 in sync mode)

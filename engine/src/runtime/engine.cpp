@@ -56,11 +56,16 @@ class EngineImpl final : public Engine {
         tokenizer_(Tokenizer::from_gguf(gguf_)),
         info_(describe(gguf_, model_, *tokenizer_)),
         pool_(options.threads),
-        loader_(*source_, model_, options.loader),
+        // The budget sets aside the working memory first: activations and
+        // the KV cache's first page (which is allocated now).
+        loader_(*source_, model_, options.loader,
+                Transformer::working_bytes(model_, options.prefill_chunk, pool_.size()) +
+                    KvCache::first_page_bytes(model_.shape.n_layers, model_.shape.kv_dim(), options.kv_cache_type)),
         transformer_(model_, loader_, pool_, options.prefill_chunk),
         cache_(model_.shape.n_layers, model_.shape.kv_dim(), model_.shape.context_length, options.kv_cache_type,
                transformer_.kv_capacity()) {
     source_->header_done();
+    cache_.reserve(1);
     if (tokenizer_->n_vocab() != model_.shape.n_vocab) {
       throw Error(ErrorKind::kFormat, "the tokenizer has " + std::to_string(tokenizer_->n_vocab()) +
                                           " tokens but token_embd.weight has " +

@@ -43,6 +43,23 @@ void KvCache::reserve(int n_positions) {
   }
 }
 
+size_t KvCache::first_page_bytes(int n_layers, int kv_dim, KvCacheType type, int page_positions) {
+  return 2 * static_cast<size_t>(n_layers) * static_cast<size_t>(page_positions) * static_cast<size_t>(kv_dim) *
+         (type == KvCacheType::kF16 ? 2 : 4);
+}
+
+size_t KvCache::growth_bytes(int n_positions) const {
+  const size_t page_bytes = static_cast<size_t>(page_positions_) * static_cast<size_t>(kv_dim_) * element_bytes();
+  size_t bytes = 0;
+  for (int l = 0; l < n_layers_; ++l) {
+    const int kept = std::min(std::min(n_positions, context_length_), capacity_[static_cast<size_t>(l)]);
+    const auto pages_needed = static_cast<size_t>((kept + page_positions_ - 1) / page_positions_);
+    const size_t have = keys_[static_cast<size_t>(l)].size();
+    if (pages_needed > have) bytes += 2 * (pages_needed - have) * page_bytes;
+  }
+  return bytes;
+}
+
 void KvCache::store(int layer, int pos, const float* key, const float* value) {
   auto* k = const_cast<void*>(row(keys_, layer, pos, element_bytes()));
   auto* v = const_cast<void*>(row(values_, layer, pos, element_bytes()));

@@ -35,6 +35,11 @@ class KvCache {
 
   // Makes room for positions [0, n_positions). Throws if beyond the context.
   void reserve(int n_positions);
+  // Bytes reserve(n_positions) would add.
+  size_t growth_bytes(int n_positions) const;
+  // Bytes of the first page of every layer (what reserve(1) allocates).
+  static size_t first_page_bytes(int n_layers, int kv_dim, KvCacheType type,
+                                 int page_positions = kDefaultPagePositions);
 
   // Writes the key and value rows (kv_dim floats each) of `pos` in `layer`,
   // rounded to the cache's type.

@@ -70,49 +70,144 @@ LayerLoader::UnitPlan LayerLoader::plan_unit(int unit_index) const {
 
 void LayerLoader::choose_residency(const LoaderOptions& options) {
   uint64_t everything = 0;
-  size_t largest = 0;
   for (const UnitPlan& p : plans_) {
     everything += p.buffer_bytes;
-    largest = std::max(largest, p.buffer_bytes);
+    largest_unit_ = std::max(largest_unit_, p.buffer_bytes);
   }
   const uint64_t embedding_bytes = model_.tied_output ? 0 : model_.token_embd->bytes;
   everything += embedding_bytes;
 
-  const uint64_t budget = options.memory_budget;
-  if (budget >= everything) {
+  ring_buffers_ = mode_ == LoaderMode::kSync ? 1 : options.n_buffers;
+  if (budget_ == kUnlimitedBudget || (budget_ != 0 && budget_ >= reserved_ + everything)) {
     for (UnitPlan& p : plans_) p.resident = true;
     embedding_resident_ = !model_.tied_output;
     return;
   }
-  // The ring shrinks to what a small budget holds (down to one buffer, which
-  // loads the next unit only once the current one is done); a budget that
-  // cannot hold one unit is refused with the size it needs.
-  ring_buffers_ = mode_ == LoaderMode::kSync ? 1 : options.n_buffers;
-  if (budget != 0 && budget < static_cast<uint64_t>(ring_buffers_) * largest) {
-    ring_buffers_ = static_cast<int>(budget / largest);
-    if (ring_buffers_ < 1) {
+  uint64_t available = 0;  // for weights
+  if (budget_ != 0) {
+    // The ring shrinks to what a small budget holds (down to one buffer,
+    // which loads the next unit only once the current one is done); a
+    // budget that cannot hold one unit beside the working memory is refused
+    // with the size it needs.
+    if (budget_ < reserved_ + largest_unit_) {
       throw Error(ErrorKind::kOutOfBudget,
-                  "memory budget of " + std::to_string(budget) +
-                      " bytes cannot hold the prefetch ring: it needs at least " + std::to_string(largest) +
-                      " bytes (one buffer of the largest unit)");
+                  "memory budget of " + std::to_string(budget_) +
+                      " bytes cannot hold the prefetch ring: it needs at least " +
+                      std::to_string(reserved_ + largest_unit_) + " bytes (one buffer of the largest unit, " +
+                      std::to_string(largest_unit_) + " bytes, and " + std::to_string(reserved_) +
+                      " bytes of working memory: activations and the first page of the KV cache)");
     }
+    available = budget_ - reserved_;
+    ring_buffers_ = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(ring_buffers_), available / largest_unit_));
   }
-  const uint64_t ring = static_cast<uint64_t>(ring_buffers_) * largest;
-  uint64_t remaining = budget == 0 ? 0 : budget - ring;
+  const uint64_t ring = static_cast<uint64_t>(ring_buffers_) * largest_unit_;
+  uint64_t remaining = budget_ == 0 ? 0 : available - ring;
   for (UnitPlan& p : plans_) {
     if (p.buffer_bytes <= remaining) {
       p.resident = true;
       remaining -= p.buffer_bytes;
     }
   }
+  // The embedding table comes last: a decode step needs one row of it.
   if (!model_.tied_output && embedding_bytes <= remaining) embedding_resident_ = true;
 }
 
+void LayerLoader::create_ring() {
+  for (int i = 0; i < ring_buffers_; ++i) {
+    ring_.push_back(std::make_unique<Slot>());
+    ensure_capacity(ring_.back()->buffer, largest_unit_);
+    stats_.ring_bytes += largest_unit_;
+  }
+}
+
+uint64_t LayerLoader::planned_weight_bytes() const {
+  uint64_t total = static_cast<uint64_t>(ring_.size()) * largest_unit_;
+  for (const UnitPlan& p : plans_) {
+    if (p.resident) total += p.buffer_bytes;
+  }
+  if (embedding_resident_) total += model_.token_embd->bytes;
+  return total;
+}
+
+void LayerLoader::demote(int unit) {
+  UnitPlan& plan = plans_[static_cast<size_t>(unit)];
+  plan.resident = false;
+  if (resident_[static_cast<size_t>(unit)] != nullptr) {
+    allocated_bytes_ -= resident_[static_cast<size_t>(unit)]->buffer.capacity;
+    resident_[static_cast<size_t>(unit)].reset();
+  }
+  stats_.units[static_cast<size_t>(unit)].resident = false;
+  --stats_.resident_units;
+  ++stats_.streamed_units;
+}
+
+void LayerLoader::claim(uint64_t bytes) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (budget_ == kUnlimitedBudget || budget_ == 0) {
+    reserved_ += bytes;
+    return;
+  }
+  for (;;) {
+    const uint64_t weights = planned_weight_bytes();
+    const uint64_t ring_needed = ring_.empty() ? static_cast<uint64_t>(ring_buffers_) * largest_unit_ : 0;
+    if (weights + reserved_ + bytes <= budget_ && (ring_needed == 0 || !any_streamed())) break;
+    // Something must stream instead of staying: the embedding table first,
+    // then the units in reverse stream order, none that is being loaded or
+    // used right now.
+    if (embedding_resident_ && embedding_->state != SlotState::kLoading) {
+      embedding_resident_ = false;
+      allocated_bytes_ -= embedding_->buffer.capacity;
+      embedding_.reset();
+    } else {
+      int victim = -1;
+      bool busy = false;
+      for (int u = n_units() - 1; u >= 0 && victim < 0; --u) {
+        const Slot* slot = resident_[static_cast<size_t>(u)].get();
+        if (!plans_[static_cast<size_t>(u)].resident || slot == nullptr) continue;
+        if (slot->state == SlotState::kLoading || slot->state == SlotState::kInUse) {
+          busy = true;
+        } else {
+          victim = u;
+        }
+      }
+      if (victim >= 0) {
+        demote(victim);
+      } else if (busy) {
+        changed_.wait(lock);
+        continue;
+      } else {
+        throw Error(ErrorKind::kOutOfBudget,
+                    "the memory budget of " + std::to_string(budget_) + " bytes is full: " +
+                        std::to_string(bytes) + " more bytes for the KV cache do not fit beside " +
+                        std::to_string(reserved_) + " bytes of working memory and the prefetch ring of " +
+                        std::to_string(weights) + " bytes");
+      }
+    }
+    if (ring_.empty() && any_streamed()) {
+      const uint64_t room = budget_ > reserved_ + bytes ? budget_ - reserved_ - bytes : 0;
+      ring_buffers_ = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(ring_buffers_), room / largest_unit_));
+      if (ring_buffers_ < 1) ring_buffers_ = 1;  // the next round refuses if even that does not fit
+      create_ring();
+    }
+  }
+  reserved_ += bytes;
+  changed_.notify_all();
+}
+
+bool LayerLoader::any_streamed() const {
+  for (const UnitPlan& p : plans_) {
+    if (!p.resident) return true;
+  }
+  return false;
+}
+
 LayerLoader::LayerLoader(WeightSource& source, const ModelDescription& model,
-                         const LoaderOptions& options)
+                         const LoaderOptions& options, uint64_t working_bytes)
     : source_(source),
       model_(model),
       mode_(options.mode),
+      budget_(options.memory_budget),
+      reserved_(working_bytes),
       read_chunk_bytes_(std::max<size_t>(options.read_chunk_bytes, 1 << 16)),
       epoch_(std::chrono::steady_clock::now()) {
   if (options.n_buffers < 1) {
@@ -125,7 +220,6 @@ LayerLoader::LayerLoader(WeightSource& source, const ModelDescription& model,
   for (int u = 0; u < model_.n_units(); ++u) plans_.push_back(plan_unit(u));
   choose_residency(options);
 
-  size_t largest_streamed = 0;
   resident_.resize(plans_.size());
   for (size_t u = 0; u < plans_.size(); ++u) {
     stats_.units.push_back({plans_[u].name, 0, plans_[u].read_bytes, 0, 0, 0, 0, plans_[u].resident});
@@ -133,17 +227,12 @@ LayerLoader::LayerLoader(WeightSource& source, const ModelDescription& model,
       resident_[u] = std::make_unique<Slot>();
       ++stats_.resident_units;
     } else {
-      largest_streamed = std::max(largest_streamed, plans_[u].buffer_bytes);
       ++stats_.streamed_units;
     }
   }
-  if (largest_streamed > 0) {
-    for (int i = 0; i < ring_buffers_; ++i) {
-      ring_.push_back(std::make_unique<Slot>());
-      ensure_capacity(ring_.back()->buffer, largest_streamed);
-      stats_.ring_bytes += largest_streamed;
-    }
-  }
+  // Ring buffers take the largest unit, streamed or not, so that a unit the
+  // budget later makes stream (see claim) fits too.
+  if (any_streamed()) create_ring();
   if (embedding_resident_) embedding_ = std::make_unique<Slot>();
   if (mode_ == LoaderMode::kRing) {
     try {
@@ -609,6 +698,8 @@ LoaderStats LayerLoader::stats() const {
     if (resident_[u] != nullptr) s.resident_bytes += resident_[u]->buffer.capacity;
   }
   if (embedding_ != nullptr) s.resident_bytes += embedding_->buffer.capacity;
+  s.memory_budget = budget_;
+  s.working_bytes = reserved_;
   return s;
 }
 

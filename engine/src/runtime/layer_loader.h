@@ -39,14 +39,25 @@ namespace sipllm {
 
 class LayerLoader {
  public:
-  // Throws Error(kOutOfBudget) when a non-zero budget cannot hold the ring.
-  LayerLoader(WeightSource& source, const ModelDescription& model, const LoaderOptions& options);
+  // The memory budget covers the weights and `working_bytes` of working
+  // memory (activations, the KV cache's first page), which are set aside
+  // first. Throws Error(kOutOfBudget) naming the size needed when a non-zero
+  // budget cannot hold one unit beside them.
+  LayerLoader(WeightSource& source, const ModelDescription& model, const LoaderOptions& options,
+              uint64_t working_bytes = 0);
   ~LayerLoader();
   LayerLoader(const LayerLoader&) = delete;
   LayerLoader& operator=(const LayerLoader&) = delete;
 
   int n_units() const { return static_cast<int>(plans_.size()); }
   bool is_resident(int unit) const { return plans_[static_cast<size_t>(unit)].resident; }
+
+  // Takes `bytes` more of the memory budget for working memory (the KV cache
+  // as the conversation grows): resident weights stream instead, the
+  // embedding table first, then units in reverse stream order, until it
+  // fits. Throws Error(kOutOfBudget) when even streaming everything leaves
+  // too little. From the compute thread, between units.
+  void claim(uint64_t bytes);
 
   // Appends units the compute thread will acquire next, in order.
   void announce(const std::vector<int>& units);
@@ -116,6 +127,13 @@ class LayerLoader {
 
   UnitPlan plan_unit(int unit) const;
   void choose_residency(const LoaderOptions& options);
+  void create_ring();
+  // Under mutex_: bytes of weights held or planned (resident units, the
+  // ring, the embedding table), and whether any unit streams.
+  uint64_t planned_weight_bytes() const;
+  bool any_streamed() const;
+  // Under mutex_: `unit` streams from now on; its resident buffer is freed.
+  void demote(int unit);
   // Reads and prepares `unit` into `slot` (which the caller owns meanwhile).
   void load_into(int unit, Slot& slot);
   // Under mutex_: `slot` now holds `unit`, ready; adds its load to the stats.
@@ -133,6 +151,9 @@ class LayerLoader {
   WeightSource& source_;
   const ModelDescription& model_;
   const LoaderMode mode_;
+  const uint64_t budget_;
+  uint64_t reserved_;            // working memory claimed within the budget
+  size_t largest_unit_ = 0;
   const size_t read_chunk_bytes_;
   std::vector<UnitPlan> plans_;
   std::vector<std::unique_ptr<Slot>> resident_;  // per unit; null when streamed

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "model/gguf.h"
+#include "runtime/kv_cache.h"
 #include "runtime/layer_loader.h"
 #include "model/model_description.h"
 #include "sipllm/engine.h"
@@ -133,16 +134,19 @@ void check_every_configuration(const std::string& model_file, const std::string&
   const std::vector<std::string> expected = run_transcript(*reference_engine, prompt);
 
   // Budgets in terms of this model: the ring alone, the ring plus one block,
-  // plus half the model, and everything.
-  uint64_t ring_bytes = 0, block_bytes = 0, model_bytes = 0;
+  // plus half the model, and everything; each beside the working memory
+  // (activations, the KV cache), which the budget covers too.
+  uint64_t ring_bytes = 0, block_bytes = 0, model_bytes = 0, working_bytes = 0;
   {
     EngineOptions probe;
     probe.loader.memory_budget = 0;
+    probe.threads = 2;
     auto engine = Engine::open(make_memory_source(bytes), probe);
     const LoaderStats s = engine->loader_stats();
     ring_bytes = s.ring_bytes;
     block_bytes = s.units[0].bytes + 1024;  // room for buffer alignment
     model_bytes = engine->info().weight_bytes;
+    working_bytes = s.working_bytes;
   }
   struct Budget {
     const char* name;
@@ -151,8 +155,8 @@ void check_every_configuration(const std::string& model_file, const std::string&
   for (Backend backend : {Backend::kFile, Backend::kMmap, Backend::kMemory, Backend::kThrottled}) {
     for (LoaderMode mode : {LoaderMode::kSync, LoaderMode::kRing}) {
       const uint64_t ring = mode == LoaderMode::kSync ? ring_bytes / 2 : ring_bytes;
-      for (const Budget& budget : {Budget{"0", 0}, Budget{"one block", ring + block_bytes},
-                                   Budget{"half", ring + model_bytes / 2},
+      for (const Budget& budget : {Budget{"0", 0}, Budget{"one block", working_bytes + ring + block_bytes},
+                                   Budget{"half", working_bytes + ring + model_bytes / 2},
                                    Budget{"whole", kUnlimitedBudget}}) {
         SCOPED_TRACE(std::string(backend_name(backend)) + ", " +
                      (mode == LoaderMode::kSync ? "sync" : "ring") + ", budget " + budget.name);
@@ -292,9 +296,10 @@ TEST(Streaming, ABudgetForOneUnitShrinksTheRingToOneBufferWithTheSameOutput) {
   const std::string path = test::model_path("stories260K.gguf");
   EngineOptions probe;
   probe.loader.memory_budget = 0;
-  const uint64_t two_buffers = Engine::open(open_file_source(path), probe)->loader_stats().ring_bytes;
+  const LoaderStats p = Engine::open(open_file_source(path), probe)->loader_stats();
+  const uint64_t two_buffers = p.ring_bytes;
   EngineOptions options;
-  options.loader.memory_budget = two_buffers * 3 / 4;  // one buffer and a half
+  options.loader.memory_budget = p.working_bytes + two_buffers * 3 / 4;  // one buffer and a half
   auto engine = Engine::open(open_file_source(path), options);
   const LoaderStats s = engine->loader_stats();
   EXPECT_EQ(s.ring_bytes, two_buffers / 2);
@@ -302,7 +307,54 @@ TEST(Streaming, ABudgetForOneUnitShrinksTheRingToOneBufferWithTheSameOutput) {
   auto unlimited = Engine::open(open_file_source(path));
   EXPECT_EQ(test::generate_text(*engine, "Once upon a time", test::greedy(30)),
             test::generate_text(*unlimited, "Once upon a time", test::greedy(30)));
-  EXPECT_LE(engine->loader_stats().peak_weight_bytes, options.loader.memory_budget);
+  const LoaderStats after = engine->loader_stats();
+  EXPECT_LE(after.peak_weight_bytes + after.working_bytes, options.loader.memory_budget);
+}
+
+TEST(Streaming, TheBudgetCoversTheKvCacheAsItGrowsByStreamingResidentWeights) {
+  // A budget that holds every weight and the working memory of a short
+  // conversation: as the KV cache grows, resident units give way and stream,
+  // the budget holds, and the text is the unbudgeted engine's.
+  const std::string path = test::model_path("stories260K.gguf");
+  EngineOptions probe;
+  probe.loader.memory_budget = 0;
+  const LoaderStats p = Engine::open(open_file_source(path), probe)->loader_stats();
+  EngineOptions options;
+  options.loader.memory_budget = p.working_bytes + Engine::open(open_file_source(path))->info().weight_bytes + 16384;
+  auto engine = Engine::open(open_file_source(path), options);
+  EXPECT_EQ(engine->loader_stats().streamed_units, 0);
+  auto unlimited = Engine::open(open_file_source(path));
+  GenerateOptions long_run = test::greedy(600);
+  long_run.sampling.logit_bias[2] = -1e9f;  // no early EOS
+  EXPECT_EQ(test::generate_text(*engine, "Once upon a time", long_run),
+            test::generate_text(*unlimited, "Once upon a time", long_run));
+  const LoaderStats s = engine->loader_stats();
+  EXPECT_GT(s.streamed_units, 0);
+  EXPECT_EQ(s.working_bytes, p.working_bytes - KvCache::first_page_bytes(5, 32, KvCacheType::kF16) +
+                                 engine->kv_cache_bytes());
+  EXPECT_LE(s.resident_bytes + s.ring_bytes + s.working_bytes, options.loader.memory_budget);
+}
+
+TEST(Streaming, AConversationTheBudgetCannotHoldIsAClearError) {
+  const std::string path = test::model_path("stories260K.gguf");
+  EngineOptions probe;
+  probe.loader.memory_budget = 0;
+  const LoaderStats p = Engine::open(open_file_source(path), probe)->loader_stats();
+  EngineOptions options;
+  options.loader.memory_budget = p.working_bytes + p.ring_bytes / 2 + 1024;  // one ring buffer, one KV page
+  auto engine = Engine::open(open_file_source(path), options);
+  GenerateOptions long_run = test::greedy(400);
+  long_run.sampling.logit_bias[2] = -1e9f;
+  try {
+    test::generate_text(*engine, "Once upon a time", long_run);
+    FAIL() << "the conversation fit";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kOutOfBudget);
+    EXPECT_NE(std::string(e.what()).find("more bytes for the KV cache do not fit"), std::string::npos) << e.what();
+  }
+  // The engine stays usable for a shorter one.
+  engine->reset();
+  EXPECT_FALSE(test::generate_text(*engine, "Once upon a time", test::greedy(20)).empty());
 }
 
 TEST(Streaming, PrefixReuseMatchesARunFromScratch) {

@@ -47,6 +47,20 @@ Transformer::Transformer(const ModelDescription& model, LayerLoader& loader, Thr
   rope_tables_.resize(rope_.size());
 }
 
+uint64_t Transformer::working_bytes(const ModelDescription& model, int prefill_chunk, int threads) {
+  const ModelShape& s = model.shape;
+  const auto chunk = static_cast<uint64_t>(std::max(1, std::min(prefill_chunk, s.context_length)));
+  // x, xb, proj; q, att_out; k, v; gate, up; rope tables.
+  const uint64_t floats_per_position = 3ull * s.dim + 2ull * s.q_dim() + 2ull * s.kv_dim() + 2ull * s.hidden_dim +
+                                       2ull * s.rope_dims * model.rotary.size();
+  // Both 8-bit forms of the widest input: int16 values, a scale per block of
+  // 32 at most, a sum per 32.
+  const uint64_t widest = static_cast<uint64_t>(std::max({s.dim, s.q_dim(), s.hidden_dim}));
+  const uint64_t quantized_per_position = 2 * (widest * 2 + widest / 32 * 8);
+  const uint64_t scores = static_cast<uint64_t>(threads) * static_cast<uint64_t>(s.context_length) * 4;
+  return chunk * (floats_per_position * 4 + quantized_per_position) + scores + static_cast<uint64_t>(s.n_vocab) * 4;
+}
+
 std::vector<int> Transformer::attention_windows() const {
   std::vector<int> windows;
   for (const LayerShape& layer : model_.layers) windows.push_back(layer.sliding_window ? shape_.sliding_window : 0);
@@ -87,6 +101,7 @@ void Transformer::prefill(const int32_t* tokens, int n, int start_pos, KvCache& 
     const int first = c * chunk_;
     const int m = std::min(chunk_, n - first);
     const int pos0 = start_pos + first;
+    loader_.claim(cache.growth_bytes(pos0 + m));  // may make resident weights stream instead
     cache.reserve(pos0 + m);
 
     const size_t rows = static_cast<size_t>(m);

@@ -35,6 +35,12 @@ class Transformer {
 
   int prefill_chunk() const { return chunk_; }
 
+  // The most working memory a forward pass takes beside the weights and the
+  // KV cache: activations of a chunk of `prefill_chunk` positions, their
+  // 8-bit forms, attention scores for `threads` threads over the context,
+  // rope tables and one position's logits.
+  static uint64_t working_bytes(const ModelDescription& model, int prefill_chunk, int threads);
+
   // Positions each layer's keys and values must be kept for: a sliding-window
   // layer needs its window plus what one prefill chunk writes before it
   // attends; 0: every position.
