@@ -56,12 +56,11 @@ class EngineImpl final : public Engine {
         tokenizer_(Tokenizer::from_gguf(gguf_)),
         info_(describe(gguf_, model_, *tokenizer_)),
         pool_(options.threads),
+        prefill_chunk_(fit_prefill_chunk(model_, options, pool_.size())),
         // The budget sets aside the working memory first: activations and
         // the KV cache's first page (which is allocated now).
-        loader_(*source_, model_, options.loader,
-                Transformer::working_bytes(model_, options.prefill_chunk, pool_.size()) +
-                    KvCache::first_page_bytes(model_.shape.n_layers, model_.shape.kv_dim(), options.kv_cache_type)),
-        transformer_(model_, loader_, pool_, options.prefill_chunk),
+        loader_(*source_, model_, options.loader, working_bytes(model_, options, prefill_chunk_, pool_.size())),
+        transformer_(model_, loader_, pool_, prefill_chunk_),
         cache_(model_.shape.n_layers, model_.shape.kv_dim(), model_.shape.context_length, options.kv_cache_type,
                transformer_.kv_capacity()) {
     source_->header_done();
@@ -220,6 +219,36 @@ class EngineImpl final : public Engine {
   size_t kv_cache_bytes() const override { return cache_.allocated_bytes(); }
 
  private:
+  static uint64_t working_bytes(const ModelDescription& model, const EngineOptions& options, int chunk, int threads) {
+    return Transformer::working_bytes(model, chunk, threads) +
+           KvCache::first_page_bytes(model.shape.n_layers, model.shape.kv_dim(), options.kv_cache_type);
+  }
+
+  // The largest prefill chunk, up to the option's, whose activations leave
+  // the budget room for the prefetch ring. Smaller chunks cost less memory
+  // but stream the weights once per chunk, so the chunk shrinks only as far
+  // as the budget demands: for a second ring buffer (which overlaps loading
+  // with compute) down to kMinOverlapChunk positions, for one buffer as far
+  // as it takes.
+  static int fit_prefill_chunk(const ModelDescription& model, const EngineOptions& options, int threads) {
+    constexpr int kMinOverlapChunk = 64;
+    const uint64_t budget = options.loader.memory_budget;
+    if (budget == kUnlimitedBudget || budget == 0) return options.prefill_chunk;
+    const uint64_t largest = LayerLoader::largest_unit_bytes(model);
+    const auto fits = [&](int chunk, int buffers) {
+      return working_bytes(model, options, chunk, threads) + static_cast<uint64_t>(buffers) * largest <= budget;
+    };
+    const bool overlap = options.loader.mode == LoaderMode::kRing && options.loader.n_buffers >= 2;
+    for (int chunk = options.prefill_chunk; overlap && chunk >= std::min(kMinOverlapChunk, options.prefill_chunk);
+         chunk /= 2) {
+      if (fits(chunk, 2)) return chunk;
+    }
+    for (int chunk = options.prefill_chunk; chunk >= 1; chunk /= 2) {
+      if (fits(chunk, 1)) return chunk;
+    }
+    return options.prefill_chunk;  // nothing fits: the loader says what is needed
+  }
+
   void check_token(int32_t t) const {
     if (t < 0 || t >= model_.shape.n_vocab) {
       throw Error(ErrorKind::kInvalidArgument, "token id " + std::to_string(t) +
@@ -306,6 +335,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelInfo info_;
   ThreadPool pool_;
+  int prefill_chunk_;
   LayerLoader loader_;
   Transformer transformer_;
   KvCache cache_;

@@ -21,8 +21,8 @@ size_t align_up(size_t n) { return (n + kBufferAlignment - 1) / kBufferAlignment
 
 // ---- Construction: what to read, what to keep ------------------------------
 
-LayerLoader::UnitPlan LayerLoader::plan_unit(int unit_index) const {
-  const UnitTensors& unit = model_.units[static_cast<size_t>(unit_index)];
+LayerLoader::UnitPlan LayerLoader::plan_unit(const ModelDescription& model, int unit_index) {
+  const UnitTensors& unit = model.units[static_cast<size_t>(unit_index)];
   UnitPlan plan;
   plan.name = unit.name;
   std::vector<size_t> order;
@@ -66,6 +66,12 @@ LayerLoader::UnitPlan LayerLoader::plan_unit(int unit_index) const {
   }
   plan.buffer_bytes = align_up(buffer_end);
   return plan;
+}
+
+size_t LayerLoader::largest_unit_bytes(const ModelDescription& model) {
+  size_t largest = 0;
+  for (int u = 0; u < model.n_units(); ++u) largest = std::max(largest, plan_unit(model, u).buffer_bytes);
+  return largest;
 }
 
 void LayerLoader::choose_residency(const LoaderOptions& options) {
@@ -217,7 +223,7 @@ LayerLoader::LayerLoader(WeightSource& source, const ModelDescription& model,
     throw Error(ErrorKind::kInvalidArgument,
                 "load_threads must be 0 (as the source prefers) or more, not " + std::to_string(options.load_threads));
   }
-  for (int u = 0; u < model_.n_units(); ++u) plans_.push_back(plan_unit(u));
+  for (int u = 0; u < model_.n_units(); ++u) plans_.push_back(plan_unit(model_, u));
   choose_residency(options);
 
   resident_.resize(plans_.size());

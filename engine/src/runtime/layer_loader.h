@@ -50,6 +50,8 @@ class LayerLoader {
   LayerLoader& operator=(const LayerLoader&) = delete;
 
   int n_units() const { return static_cast<int>(plans_.size()); }
+  // The memory one buffer of the ring takes for `model`: its largest unit.
+  static size_t largest_unit_bytes(const ModelDescription& model);
   bool is_resident(int unit) const { return plans_[static_cast<size_t>(unit)].resident; }
 
   // Takes `bytes` more of the memory budget for working memory (the KV cache
@@ -125,7 +127,7 @@ class LayerLoader {
     uint64_t generation = 0;  // bumps on reset, so a stale load is discarded
   };
 
-  UnitPlan plan_unit(int unit) const;
+  static UnitPlan plan_unit(const ModelDescription& model, int unit);
   void choose_residency(const LoaderOptions& options);
   void create_ring();
   // Under mutex_: bytes of weights held or planned (resident units, the

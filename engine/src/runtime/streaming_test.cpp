@@ -296,9 +296,10 @@ TEST(Streaming, ABudgetForOneUnitShrinksTheRingToOneBufferWithTheSameOutput) {
   const std::string path = test::model_path("stories260K.gguf");
   EngineOptions probe;
   probe.loader.memory_budget = 0;
+  probe.prefill_chunk = 64;  // the smallest chunk a second buffer is worth
   const LoaderStats p = Engine::open(open_file_source(path), probe)->loader_stats();
   const uint64_t two_buffers = p.ring_bytes;
-  EngineOptions options;
+  EngineOptions options = probe;
   options.loader.memory_budget = p.working_bytes + two_buffers * 3 / 4;  // one buffer and a half
   auto engine = Engine::open(open_file_source(path), options);
   const LoaderStats s = engine->loader_stats();
@@ -339,8 +340,9 @@ TEST(Streaming, AConversationTheBudgetCannotHoldIsAClearError) {
   const std::string path = test::model_path("stories260K.gguf");
   EngineOptions probe;
   probe.loader.memory_budget = 0;
+  probe.prefill_chunk = 64;
   const LoaderStats p = Engine::open(open_file_source(path), probe)->loader_stats();
-  EngineOptions options;
+  EngineOptions options = probe;
   options.loader.memory_budget = p.working_bytes + p.ring_bytes / 2 + 1024;  // one ring buffer, one KV page
   auto engine = Engine::open(open_file_source(path), options);
   GenerateOptions long_run = test::greedy(400);
