@@ -92,6 +92,18 @@ struct GenerateOptions {
   bool parse_special = true;      // "<|im_start|>" in the prompt is a token
 };
 
+// How a text's per-position vectors become one embedding, as llama.cpp's
+// llama_pooling_type: their mean, the first position's (CLS), or the last
+// position's. kModel: what the file says ({arch}.pooling_type), the mean
+// when it says nothing.
+enum class Pooling { kModel, kMean, kCls, kLast };
+
+struct EmbedOptions {
+  Pooling pooling = Pooling::kModel;
+  bool normalize = true;    // to unit length (L2), as llama.cpp's embedding tool does
+  bool add_special = true;  // BOS/EOS as the model's metadata asks
+};
+
 struct TokenEvent {
   int32_t token;
   std::string text;  // complete UTF-8 text this token finished (may be empty)
@@ -220,6 +232,15 @@ class Engine {
   // position that was evaluated, row after row.
   virtual std::vector<float> evaluate(const std::vector<int32_t>& tokens,
                                       bool all_positions = false) = 0;
+
+  // Embeddings of `texts`, one vector of the model's embedding width each:
+  // the final norm's output at every position of the text, pooled as asked.
+  // The texts run together as one batch, layer by layer, apart from the
+  // conversation, whose KV cache stays as it was. Throws Error
+  // (kInvalidArgument) for an empty text, kContextFull for one longer than
+  // the context, kUnsupported for a model that pools by rank.
+  virtual std::vector<std::vector<float>> embed(const std::vector<std::string>& texts,
+                                                const EmbedOptions& options = {}) = 0;
 
   // Runs the model's own kernels (the matrix product of every weight type
   // it uses, attention, norms, rope, SwiGLU) on small synthetic data for

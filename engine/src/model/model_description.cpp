@@ -156,6 +156,11 @@ ModelShape read_shape(const GgufFile& file, const Family& family, int context_le
   if (family.final_softcap_default > 0) {
     s.final_softcap = keys.positive("final_logit_softcapping", family.final_softcap_default);
   }
+  s.pooling_type = static_cast<int>(file.get_uint(keys.key("pooling_type"), 0));
+  if (s.pooling_type > 4) {
+    format_error("metadata key '" + keys.key("pooling_type") + "' = " + std::to_string(s.pooling_type) +
+                 " is not a pooling type (0 none, 1 mean, 2 cls, 3 last, 4 rank)");
+  }
   s.attention_scale = family.attention_scale != nullptr
                           ? family.attention_scale(s)
                           : 1.0f / std::sqrt(static_cast<float>(s.head_dim));
@@ -312,6 +317,7 @@ std::vector<std::pair<std::string, double>> ModelDescription::hyperparameters() 
   if (s.local_rope_freq_base > 0) list.emplace_back("local_rope_freq_base", s.local_rope_freq_base);
   if (s.attn_softcap > 0) list.emplace_back("attn_softcap", s.attn_softcap);
   if (s.final_softcap > 0) list.emplace_back("final_softcap", s.final_softcap);
+  if (s.pooling_type > 0) list.emplace_back("pooling_type", s.pooling_type);
   return list;
 }
 

@@ -110,6 +110,9 @@ struct ModelShape {
   float attn_softcap = 0;          // 0: off
   float final_softcap = 0;         // 0: off
   float attention_scale = 0;
+  // {arch}.pooling_type, llama.cpp's llama_pooling_type: 0 none (or absent),
+  // 1 mean, 2 CLS, 3 last, 4 rank.
+  int pooling_type = 0;
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }

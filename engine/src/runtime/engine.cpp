@@ -183,6 +183,79 @@ class EngineImpl final : public Engine {
     return logits;
   }
 
+  std::vector<std::vector<float>> embed(const std::vector<std::string>& texts, const EmbedOptions& options) override {
+    const int dim = model_.shape.dim;
+    Pooling pooling = options.pooling;
+    if (pooling == Pooling::kModel) {
+      switch (model_.shape.pooling_type) {
+        case 2: pooling = Pooling::kCls; break;
+        case 3: pooling = Pooling::kLast; break;
+        case 4: throw Error(ErrorKind::kUnsupported, "the model pools by rank (a reranker); it has no embeddings");
+        default: pooling = Pooling::kMean; break;
+      }
+    }
+    std::vector<std::vector<int32_t>> tokens;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      tokens.push_back(tokenize(texts[i], options.add_special, false));
+      if (tokens.back().empty()) {
+        throw Error(ErrorKind::kInvalidArgument, "text " + std::to_string(i) + " to embed has no tokens");
+      }
+      if (tokens.back().size() > static_cast<size_t>(cache_.context_length())) {
+        throw Error(ErrorKind::kContextFull, "text " + std::to_string(i) + " to embed has " +
+                                                 std::to_string(tokens.back().size()) +
+                                                 " tokens, more than the context length " +
+                                                 std::to_string(cache_.context_length()));
+      }
+    }
+    if (texts.empty()) return {};
+    // Each text gets a cache of its own, for this call only, paid from the
+    // memory budget while it lasts.
+    std::vector<std::unique_ptr<KvCache>> caches;
+    std::vector<Transformer::Sequence> sequences;
+    uint64_t claimed = 0;
+    for (const std::vector<int32_t>& t : tokens) {
+      caches.push_back(std::make_unique<KvCache>(model_.shape.n_layers, model_.shape.kv_dim(), cache_.context_length(),
+                                                 options_.kv_cache_type, transformer_.kv_capacity()));
+      claimed += caches.back()->growth_bytes(static_cast<int>(t.size()));
+      sequences.push_back({t.data(), static_cast<int>(t.size()), caches.back().get()});
+    }
+    begin_request();
+    loader_.set_continuation(false);
+    loader_.claim(claimed);
+    std::vector<float> states;
+    try {
+      transformer_.hidden_states(sequences, states);
+    } catch (...) {
+      loader_.unclaim(claimed);
+      loader_.reset();
+      throw;
+    }
+    loader_.unclaim(claimed);
+    std::vector<std::vector<float>> out;
+    size_t row = 0;
+    for (const std::vector<int32_t>& t : tokens) {
+      std::vector<double> sum(static_cast<size_t>(dim), 0.0);
+      const size_t n = t.size();
+      const size_t first = pooling == Pooling::kLast ? n - 1 : 0;
+      const size_t count = pooling == Pooling::kMean ? n : 1;
+      for (size_t i = first; i < first + count; ++i) {
+        const float* v = &states[(row + i) * static_cast<size_t>(dim)];
+        for (int d = 0; d < dim; ++d) sum[static_cast<size_t>(d)] += v[d];
+      }
+      double norm = 0;
+      for (double& x : sum) {
+        x /= static_cast<double>(count);
+        norm += x * x;
+      }
+      norm = options.normalize && norm > 0 ? std::sqrt(norm) : 1.0;
+      std::vector<float> e(static_cast<size_t>(dim));
+      for (int d = 0; d < dim; ++d) e[static_cast<size_t>(d)] = static_cast<float>(sum[static_cast<size_t>(d)] / norm);
+      out.push_back(std::move(e));
+      row += n;
+    }
+    return out;
+  }
+
   void warm_up(double milliseconds) override {
     if (!std::isfinite(milliseconds) || milliseconds < 0) {
       throw Error(ErrorKind::kInvalidArgument,

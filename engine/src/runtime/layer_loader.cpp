@@ -200,6 +200,11 @@ void LayerLoader::claim(uint64_t bytes) {
   changed_.notify_all();
 }
 
+void LayerLoader::unclaim(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  reserved_ -= std::min(reserved_, bytes);
+}
+
 bool LayerLoader::any_streamed() const {
   for (const UnitPlan& p : plans_) {
     if (!p.resident) return true;

@@ -60,6 +60,8 @@ class LayerLoader {
   // fits. Throws Error(kOutOfBudget) when even streaming everything leaves
   // too little. From the compute thread, between units.
   void claim(uint64_t bytes);
+  // Gives back working memory claimed for something now freed.
+  void unclaim(uint64_t bytes);
 
   // Appends units the compute thread will acquire next, in order.
   void announce(const std::vector<int>& units);

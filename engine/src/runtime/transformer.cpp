@@ -104,36 +104,94 @@ void Transformer::prefill(const int32_t* tokens, int n, int start_pos, KvCache& 
     loader_.claim(cache.growth_bytes(pos0 + m));  // may make resident weights stream instead
     cache.reserve(pos0 + m);
 
-    const size_t rows = static_cast<size_t>(m);
-    x_.resize(rows * dim);
-    xb_.resize(rows * dim);
-    q_.resize(rows * static_cast<size_t>(shape_.q_dim()));
-    k_.resize(rows * static_cast<size_t>(shape_.kv_dim()));
-    v_.resize(rows * static_cast<size_t>(shape_.kv_dim()));
-    att_out_.resize(rows * static_cast<size_t>(shape_.q_dim()));
-    proj_.resize(rows * dim);
-    gate_.resize(rows * static_cast<size_t>(shape_.hidden_dim));
-    up_.resize(rows * static_cast<size_t>(shape_.hidden_dim));
-    const size_t table_size = 2 * static_cast<size_t>(shape_.rope_dims);
-    for (size_t r = 0; r < rope_.size(); ++r) {
-      rope_tables_[r].resize(rows * table_size);
-      for (int i = 0; i < m; ++i) rope_table(pos0 + i, rope_[r], &rope_tables_[r][static_cast<size_t>(i) * table_size]);
-    }
-
-    loader_.embed(tokens + first, m, x_.data());
-    if (model_.family->scale_embedding) scale_in_place(x_.data(), m * shape_.dim, std::sqrt(static_cast<float>(shape_.dim)));
-
-    for (int l = 0; l < n_layers; ++l) {
-      const UnitWeights& w = loader_.acquire(l);
-      run_block(l, w, m, pos0, cache);
-      loader_.release(l);
-    }
+    forward_rows(tokens + first, {Segment{0, m, pos0, &cache}});
 
     if (all_positions) {
       run_head(0, m, &logits[static_cast<size_t>(first) * vocab]);
     } else if (c == n_chunks - 1) {
       run_head(m - 1, 1, logits.data());
     }
+  }
+}
+
+void Transformer::forward_rows(const int32_t* tokens, const std::vector<Segment>& segments) {
+  int m = 0;
+  for (const Segment& seg : segments) m = std::max(m, seg.first_row + seg.n);
+  const size_t rows = static_cast<size_t>(m);
+  const auto dim = static_cast<size_t>(shape_.dim);
+  x_.resize(rows * dim);
+  xb_.resize(rows * dim);
+  q_.resize(rows * static_cast<size_t>(shape_.q_dim()));
+  k_.resize(rows * static_cast<size_t>(shape_.kv_dim()));
+  v_.resize(rows * static_cast<size_t>(shape_.kv_dim()));
+  att_out_.resize(rows * static_cast<size_t>(shape_.q_dim()));
+  proj_.resize(rows * dim);
+  gate_.resize(rows * static_cast<size_t>(shape_.hidden_dim));
+  up_.resize(rows * static_cast<size_t>(shape_.hidden_dim));
+  const size_t table_size = 2 * static_cast<size_t>(shape_.rope_dims);
+  for (size_t r = 0; r < rope_.size(); ++r) {
+    rope_tables_[r].resize(rows * table_size);
+    for (const Segment& seg : segments) {
+      for (int i = 0; i < seg.n; ++i) {
+        rope_table(seg.start_pos + i, rope_[r], &rope_tables_[r][static_cast<size_t>(seg.first_row + i) * table_size]);
+      }
+    }
+  }
+
+  loader_.embed(tokens, m, x_.data());
+  if (model_.family->scale_embedding) scale_in_place(x_.data(), m * shape_.dim, std::sqrt(static_cast<float>(shape_.dim)));
+
+  for (int l = 0; l < shape_.n_layers; ++l) {
+    const UnitWeights& w = loader_.acquire(l);
+    run_block(l, w, m, segments);
+    loader_.release(l);
+  }
+}
+
+void Transformer::hidden_states(const std::vector<Sequence>& sequences, std::vector<float>& out) {
+  // Whole sequences go together while their rows fit in a chunk; a longer
+  // one runs alone, chunk by chunk.
+  const auto dim = static_cast<size_t>(shape_.dim);
+  size_t total = 0;
+  for (const Sequence& seq : sequences) total += static_cast<size_t>(seq.n);
+  out.assign(total * dim, 0.0f);
+  std::vector<int> plan;
+  size_t done = 0;
+  for (size_t begin = 0; begin < sequences.size();) {
+    size_t end = begin;
+    int rows = 0;
+    while (end < sequences.size() && (end == begin || rows + sequences[end].n <= chunk_)) rows += sequences[end++].n;
+    std::vector<int32_t> tokens;
+    std::vector<Segment> segments;
+    const int chunk_rows = std::min(rows, chunk_);
+    for (int first = 0; first < rows; first += chunk_rows) {
+      // Only a lone long sequence takes more than one pass.
+      tokens.clear();
+      segments.clear();
+      for (size_t k = begin; k < end; ++k) {
+        const Sequence& seq = sequences[k];
+        const int n = end - begin == 1 ? std::min(chunk_rows, seq.n - first) : seq.n;
+        const int from = end - begin == 1 ? first : 0;
+        seq.cache->reserve(from + n);
+        segments.push_back(Segment{static_cast<int>(tokens.size()), n, from, seq.cache});
+        tokens.insert(tokens.end(), seq.tokens + from, seq.tokens + from + n);
+      }
+      plan.clear();
+      for (int l = 0; l < shape_.n_layers; ++l) plan.push_back(l);
+      plan.push_back(model_.first_head_unit());
+      loader_.announce(plan);
+      forward_rows(tokens.data(), segments);
+      // The final norm's output: what the output head would read.
+      const UnitWeights& w = loader_.acquire(model_.first_head_unit());
+      const auto n_rows = static_cast<int>(tokens.size());
+      for_each_position(n_rows, shape_.dim, [&](int i) {
+        rmsnorm(&out[(done + static_cast<size_t>(i)) * dim], &x_[static_cast<size_t>(i) * dim], w.output_norm,
+                shape_.dim, shape_.rms_eps);
+      });
+      loader_.release(model_.first_head_unit());
+      done += static_cast<size_t>(n_rows);
+    }
+    begin = end;
   }
 }
 
@@ -145,7 +203,7 @@ void Transformer::for_each_position(int n, int width, const Fn& fn) {
   });
 }
 
-void Transformer::run_block(int layer, const UnitWeights& w, int n, int start_pos, KvCache& cache) {
+void Transformer::run_block(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments) {
   const ModelShape& s = shape_;
   const LayerShape& this_layer = model_.layers[static_cast<size_t>(layer)];
   const int dim = s.dim;
@@ -177,6 +235,11 @@ void Transformer::run_block(int layer, const UnitWeights& w, int n, int start_po
   matmul(w.attn_q, activations_, q_.data(), pool_);
   matmul(w.attn_k, activations_, k_.data(), pool_);
   matmul(w.attn_v, activations_, v_.data(), pool_);
+  // Which sequence's cache, and which position in it, each row is.
+  row_slots_.resize(static_cast<size_t>(n));
+  for (const Segment& seg : segments) {
+    for (int i = 0; i < seg.n; ++i) row_slots_[static_cast<size_t>(seg.first_row + i)] = {seg.cache, seg.start_pos + i};
+  }
   for_each_position(n, q_dim + 2 * kv_dim, [&](int i) {
     float* q = at(q_, i, q_dim);
     float* k = at(k_, i, kv_dim);
@@ -192,7 +255,8 @@ void Transformer::run_block(int layer, const UnitWeights& w, int n, int start_po
       rope_rotate(q, s.n_heads, s.head_dim, rope_[r], table);
       rope_rotate(k, s.n_kv_heads, s.head_dim, rope_[r], table);
     }
-    cache.store(layer, start_pos + i, k, v);
+    const RowSlot& slot = row_slots_[static_cast<size_t>(i)];
+    slot.cache->store(layer, slot.pos, k, v);
   });
   AttentionShape shape;
   shape.n_heads = s.n_heads;
@@ -201,7 +265,11 @@ void Transformer::run_block(int layer, const UnitWeights& w, int n, int start_po
   shape.scale = s.attention_scale;
   shape.softcap = s.attn_softcap;
   shape.window = this_layer.sliding_window ? s.sliding_window : 0;
-  attention(q_.data(), n, start_pos, cache, layer, shape, att_out_.data(), pool_, scores_);
+  for (const Segment& seg : segments) {
+    const size_t offset = static_cast<size_t>(seg.first_row) * static_cast<size_t>(q_dim);
+    attention(q_.data() + offset, seg.n, seg.start_pos, *seg.cache, layer, shape, att_out_.data() + offset, pool_,
+              scores_);
+  }
   activations_.reset(att_out_.data(), n, q_dim);
   matmul(w.attn_output, activations_, proj_.data(), pool_);
   add_branch(w.post_attention_norm);

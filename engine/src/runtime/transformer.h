@@ -33,6 +33,19 @@ class Transformer {
   void prefill(const int32_t* tokens, int n, int start_pos, KvCache& cache,
                std::vector<float>& logits, bool all_positions);
 
+  // A sequence of its own (its own KV cache, from position 0) whose final
+  // hidden states are wanted.
+  struct Sequence {
+    const int32_t* tokens;
+    int n;
+    KvCache* cache;
+  };
+  // The final norm's output (what the output head reads) for every position
+  // of every sequence, row after row. The sequences run together, layer by
+  // layer, as one batch while they fit in a prefill chunk; their caches must
+  // be empty.
+  void hidden_states(const std::vector<Sequence>& sequences, std::vector<float>& out);
+
   int prefill_chunk() const { return chunk_; }
 
   // The most working memory a forward pass takes beside the weights and the
@@ -49,7 +62,17 @@ class Transformer {
   std::vector<int> attention_windows() const;
 
  private:
-  void run_block(int layer, const UnitWeights& w, int n, int start_pos, KvCache& cache);
+  // Rows [first_row, first_row + n) of a batch: positions start_pos.. of
+  // the sequence whose keys and values `cache` keeps.
+  struct Segment {
+    int first_row;
+    int n;
+    int start_pos;
+    KvCache* cache;
+  };
+  // Embeds the batch's tokens and runs every block over it.
+  void forward_rows(const int32_t* tokens, const std::vector<Segment>& segments);
+  void run_block(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments);
   // Calls fn(i) for each position i < n of the chunk, spread over the pool
   // when the chunk is long enough to pay for it.
   template <class Fn>
@@ -72,6 +95,11 @@ class Transformer {
   std::vector<std::vector<float>> rope_tables_;
   Activations activations_;    // the current matmul input, quantized once for all its users
   std::vector<float> scores_;  // [thread][context position]
+  struct RowSlot {
+    KvCache* cache;
+    int pos;
+  };
+  std::vector<RowSlot> row_slots_;  // per row of the batch
 };
 
 }  // namespace sipllm
