@@ -87,6 +87,15 @@ struct GenerateOptions {
   std::vector<std::string> stop;  // generation ends before any of these
   bool add_special = true;        // BOS/EOS as the model's metadata asks
   bool parse_special = true;      // "<|im_start|>" in the prompt is a token
+  // A GBNF grammar (llama.cpp's format, starting at rule `root`; see
+  // sipllm/grammar.h, which also turns a JSON Schema into one). Empty: none.
+  // Every sampled token then continues the grammar, whatever the sampling
+  // settings; the end of generation is allowed only where the grammar may
+  // end, and generation stops by itself (kGrammarComplete) once nothing can
+  // follow. A text cut short by max_tokens or a stop string may be
+  // incomplete. A malformed grammar throws Error(kInvalidArgument) before
+  // anything runs.
+  std::string grammar;
 };
 
 struct TokenEvent {
@@ -94,7 +103,14 @@ struct TokenEvent {
   std::string text;  // complete UTF-8 text this token finished (may be empty)
 };
 
-enum class StopReason { kEndOfText, kMaxTokens, kStopString, kCancelled, kCallback };
+enum class StopReason {
+  kEndOfText,
+  kMaxTokens,
+  kStopString,
+  kCancelled,
+  kCallback,
+  kGrammarComplete,  // the grammar's sentence is complete and nothing may follow
+};
 const char* stop_reason_name(StopReason reason);
 
 // One load of one unit and its use, for timelines. Times in ms since the
