@@ -158,6 +158,9 @@ struct GenerationStats {
   int generated_tokens = 0;
   double prompt_ms = 0;     // prefill of the new prompt tokens
   double decode_ms = 0;
+  // Of decode_ms, the time spent choosing tokens: the sampler, and the
+  // grammar if there is one (its masks, its state after each token).
+  double sample_ms = 0;
   double ttft_ms = 0;       // from the call to the first generated token
   double prompt_tokens_per_s() const;
   double decode_tokens_per_s() const;

@@ -139,7 +139,10 @@ class EngineImpl final : public Engine {
         stats.stop_reason = StopReason::kGrammarComplete;
         break;
       }
+      const auto sample_start = Clock::now();
       const int32_t token = sampler.sample(logits, context, grammar.get());
+      if (grammar != nullptr && !tokenizer_->is_end_of_generation(token)) grammar->accept(token);
+      stats.sample_ms += ms_since(sample_start);
       if (stats.generated_tokens == 0) stats.ttft_ms = ms_since(start);
       if (tokenizer_->is_end_of_generation(token)) {
         stats.stop_reason = StopReason::kEndOfText;
@@ -147,7 +150,6 @@ class EngineImpl final : public Engine {
       }
       ++stats.generated_tokens;
       context.push_back(token);
-      if (grammar != nullptr) grammar->accept(token);
       const StopStrings::Result text = stops.push(decoder.push(token));
       if (!on_token(TokenEvent{token, text.emit})) {
         stats.stop_reason = StopReason::kCallback;

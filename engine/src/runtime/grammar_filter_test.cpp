@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <sys/wait.h>
 #include <memory>
 #include <string>
 #include <vector>
@@ -358,6 +359,82 @@ TEST(GrammarGeneration, SameSeedSameTextUnderAGrammar) {
   EXPECT_EQ(a.text, b.text);
   GrammarMatcher m(Grammar::parse(options.grammar));
   EXPECT_TRUE(m.is_prefix(a.text)) << a.text;
+}
+
+// --- the command line -------------------------------------------------------
+
+struct CommandResult {
+  int exit_code;
+  std::string output;
+};
+
+CommandResult run_cli(const std::string& arguments, bool with_stderr) {
+  const std::string command = std::string(SIPLLM_CLI_PATH) + " " + arguments + (with_stderr ? " 2>&1" : " 2>/dev/null");
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed"};
+  std::string output;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) output.append(buffer, n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr) << path;
+  std::fwrite(text.data(), 1, text.size(), f);
+  std::fclose(f);
+}
+
+TEST(GrammarCli, JsonSchemaGrammarAndJsonFlags) {
+  const std::string model = test::model_path("stories260K.gguf");
+  const std::string schema_path = testing::TempDir() + "/person.schema.json";
+  write_file(schema_path, kPersonSchema);
+  const JsonValue schema = parse_json(kPersonSchema);
+  // run prints the prompt, the text, and a newline.
+  for (const std::string seed : {"1", "2"}) {
+    const CommandResult r = run_cli("run -m " + model + " -p Hello -n 400 --temp 1.5 --top-k 0 --seed " + seed +
+                                        " --json-schema " + schema_path, false);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    ASSERT_EQ(r.output.rfind("Hello", 0), 0u) << r.output;
+    expect_valid_json(r.output.substr(5, r.output.size() - 6), schema, "sipllm run --json-schema, seed " + seed);
+  }
+  CommandResult r = run_cli("run -m " + model + " -p Hi -n 60 --json-schema '{\"enum\": [\"yes\", \"no\"]}'", true);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(r.output.rfind("Hi\"yes\"", 0) == 0 || r.output.rfind("Hi\"no\"", 0) == 0) << r.output;
+  EXPECT_NE(r.output.find("stop: grammar complete"), std::string::npos) << r.output;
+
+  const std::string grammar_path = testing::TempDir() + "/pet.gbnf";
+  write_file(grammar_path, "root ::= \"The \" pet \" is \" (\"big\" | \"small\") \".\"\npet ::= \"cat\" | \"dog\"\n");
+  r = run_cli("run -m " + model + " -p Once -n 60 --grammar " + grammar_path, false);
+  EXPECT_EQ(r.exit_code, 0);
+  GrammarMatcher m(Grammar::parse(test::read_file(grammar_path)));
+  EXPECT_TRUE(m.matches(r.output.substr(4, r.output.size() - 5))) << r.output;
+
+  r = run_cli("run -m " + model + " -p Once -n 100 --json --seed 3", false);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.output.substr(4, 1), "{") << r.output;
+}
+
+TEST(GrammarCli, ErrorsNameTheFileThePlaceOrTheKeyword) {
+  const std::string model = test::model_path("stories260K.gguf");
+  const std::string bad = testing::TempDir() + "/bad.gbnf";
+  write_file(bad, "root ::= item+\nitem ::= [a-z\n");
+  CommandResult r = run_cli("run -m " + model + " --grammar " + bad, true);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find(bad + ": grammar line 2, column 10: unterminated character class"), std::string::npos)
+      << r.output;
+  r = run_cli("run -m " + model + " --json-schema '{\"type\": \"string\", \"pattern\": \"^a\"}'", true);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("unsupported error: JSON schema: keyword 'pattern' is not supported"), std::string::npos)
+      << r.output;
+  r = run_cli("run -m " + model + " --json --grammar " + bad, true);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("give one constraint"), std::string::npos) << r.output;
+  r = run_cli("tokenize -m " + model + " -p x --json", true);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--json is for run and bench"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -65,6 +65,7 @@ TEST(Grammar, ValidGrammarsParse) {
       "root ::= [ぁ-ゟ]+ \"。\"",
       "root ::= \"(\" root \")\" | \"\"",  // right recursion is fine
       "root ::= a\na ::= \"x\" a | \"y\"",
+      "root ::= \"[\" ws \"]\"\nws ::= ([ \\t\\n] ws)?",  // the older JSON grammars' blanks
       "root ::= (\"a\"?){0,5}",  // a bounded repetition of something optional
       "root ::= [a-]",           // '-' before ']' is itself
       "root ::= []",             // matches nothing, but is a grammar
