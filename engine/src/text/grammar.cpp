@@ -696,12 +696,12 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar) : grammar
 
 uint32_t GrammarMatcher::intern(uint32_t item, uint32_t aux, uint32_t parent) {
   const Node key{item, aux, parent};
-  const auto it = node_ids_.find(key);
-  if (it != node_ids_.end()) return it->second;
-  const auto id = static_cast<uint32_t>(nodes_.size());
-  nodes_.push_back(key);
-  node_ids_.emplace(key, id);
-  return id;
+  const auto [it, inserted] = node_ids_.try_emplace(key, static_cast<uint32_t>(nodes_.size()));
+  if (inserted) {
+    nodes_.push_back(key);
+    seen_.push_back(0);
+  }
+  return it->second;
 }
 
 // The stack that resumes at `item` over `parent`: an item that ends its
@@ -720,7 +720,8 @@ void GrammarMatcher::expand(uint32_t node, std::vector<uint32_t>& out) {
   while (!todo_.empty()) {
     const uint32_t n = todo_.back();
     todo_.pop_back();
-    if (!seen_.insert(n).second) continue;
+    if (seen_[n] == stamp_) continue;
+    seen_[n] = stamp_;
     if (n == 0) {
       out.push_back(0);
       continue;
@@ -788,7 +789,7 @@ GrammarMatcher::StateId GrammarMatcher::intern_state(std::vector<uint32_t>& stac
   state.must_end = stacks.size() == 1 && stacks[0] == 0;
   stack_pool_.insert(stack_pool_.end(), stacks.begin(), stacks.end());
   states_.push_back(state);
-  transitions_.resize(transitions_.size() + 256, kUnknown);
+  rows_.push_back(-1);
   state_ids_.emplace(stacks, id);
   return id;
 }
@@ -796,9 +797,7 @@ GrammarMatcher::StateId GrammarMatcher::intern_state(std::vector<uint32_t>& stac
 GrammarMatcher::StateId GrammarMatcher::compute_step(StateId state, uint8_t byte) {
   const std::vector<Grammar::Item>& items = grammar_->items();
   const std::vector<Grammar::CharSet>& sets = grammar_->charsets();
-  out_.clear();
-  seen_.clear();
-  repeat_min_.clear();
+  begin_expansion();
   const State s = states_[static_cast<size_t>(state)];
   for (uint32_t k = 0; k < s.count; ++k) {
     const uint32_t n = stack_pool_[s.first + k];
@@ -817,14 +816,32 @@ GrammarMatcher::StateId GrammarMatcher::compute_step(StateId state, uint8_t byte
     }
   }
   const StateId next = out_.empty() ? kDead : intern_state(out_);
-  transitions_[static_cast<size_t>(state) * 256 + byte] = next;
+  int32_t& row = rows_[static_cast<size_t>(state)];
+  if (row < 0) {
+    row = static_cast<int32_t>(transitions_.size() / 256);
+    transitions_.resize(transitions_.size() + 256, kUnknown);
+  }
+  transitions_[static_cast<size_t>(row) * 256 + byte] = next;
   return next;
 }
 
-GrammarMatcher::StateId GrammarMatcher::initial_state() {
+void GrammarMatcher::begin_expansion() {
   out_.clear();
-  seen_.clear();
-  repeat_min_.clear();
+  if (++stamp_ == 0) {  // wrapped: forget every old stamp
+    std::fill(seen_.begin(), seen_.end(), 0);
+    stamp_ = 1;
+  }
+  // clear() costs the table's size; a table grown once by an ambiguous
+  // state would slow every later step.
+  if (repeat_min_.bucket_count() > 64) {
+    std::unordered_map<uint64_t, uint32_t>().swap(repeat_min_);
+  } else {
+    repeat_min_.clear();
+  }
+}
+
+GrammarMatcher::StateId GrammarMatcher::initial_state() {
+  begin_expansion();
   expand(intern(grammar_->start_item(), 0, 0), out_);
   return intern_state(out_);
 }
@@ -836,6 +853,9 @@ void GrammarMatcher::reset_caches(const std::vector<std::vector<Node>>* keep) {
   stack_pool_.clear();
   state_ids_.clear();
   transitions_.clear();
+  rows_.clear();
+  seen_.assign(1, 0);
+  stamp_ = 0;
   if (keep != nullptr) {
     std::vector<uint32_t> stacks;
     for (const std::vector<Node>& frames : *keep) {  // each bottom first

@@ -29,7 +29,6 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 namespace sipllm {
@@ -104,8 +103,12 @@ class GrammarMatcher {
 
   // The state after `byte` from `state`, kDead if the grammar rejects it.
   StateId step(StateId state, uint8_t byte) {
-    const int32_t next = transitions_[static_cast<size_t>(state) * 256 + byte];
-    return next != kUnknown ? next : compute_step(state, byte);
+    const int32_t row = rows_[static_cast<size_t>(state)];
+    if (row >= 0) {
+      const int32_t next = transitions_[static_cast<size_t>(row) * 256 + byte];
+      if (next != kUnknown) return next;
+    }
+    return compute_step(state, byte);
   }
   // The state after all of `bytes` (kDead if any is rejected).
   StateId walk(StateId state, std::string_view bytes);
@@ -166,6 +169,7 @@ class GrammarMatcher {
   StateId compute_step(StateId state, uint8_t byte);
   void reset_caches(const std::vector<std::vector<Node>>* keep);  // null: start afresh
   StateId initial_state();
+  void begin_expansion();  // clears the scratch of one expansion
 
   std::shared_ptr<const Grammar> grammar_;
   std::vector<Node> nodes_;  // 0 is the empty stack
@@ -173,14 +177,18 @@ class GrammarMatcher {
   std::vector<State> states_;
   std::vector<uint32_t> stack_pool_;
   std::unordered_map<std::vector<uint32_t>, StateId, StacksHash> state_ids_;
-  std::vector<int32_t> transitions_;  // 256 per state
+  // Transition rows, 256 each, for the states stepped from (a walk ends in
+  // many states that are never left): rows_[state] indexes them, or is -1.
+  std::vector<int32_t> rows_;
+  std::vector<int32_t> transitions_;
   StateId current_ = 0;
   StateId start_ = 0;
   uint64_t epoch_ = 0;
 
   // Scratch of compute_step/expand, kept to avoid allocations.
   std::vector<uint32_t> todo_, out_;
-  std::unordered_set<uint32_t> seen_;                 // nodes expanded this step
+  std::vector<uint32_t> seen_;  // per node: the stamp of the last step that expanded it
+  uint32_t stamp_ = 0;
   std::unordered_map<uint64_t, uint32_t> repeat_min_;  // (parent, item) -> least count expanded
 };
 

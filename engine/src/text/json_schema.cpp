@@ -107,7 +107,9 @@ const std::set<std::string>& annotations() {
       "title",    "description", "default",  "examples",        "example",          "$schema",
       "$id",      "$comment",    "deprecated", "readOnly",      "writeOnly",        "$anchor",
       "$dynamicAnchor", "$vocabulary", "contentEncoding", "contentMediaType", "contentSchema",
-      "$defs",    "definitions"};
+      "$defs",    "definitions",
+      // OpenAPI's, which Pydantic and others write beside oneOf and elsewhere.
+      "discriminator", "externalDocs", "xml"};
   return kAnnotations;
 }
 
