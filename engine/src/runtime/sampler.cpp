@@ -82,12 +82,11 @@ int32_t Sampler::sample(std::vector<float>& logits, const std::vector<int32_t>& 
   bool ranked = false;
   if (filter != nullptr && options_.top_k > 0 && static_cast<size_t>(options_.top_k) < keep) {
     // Masking first and then taking the top k keeps the first k allowed
-    // tokens in logit order: look for them among the best few hundred before
-    // masking the whole vocabulary.
+    // tokens in logit order: look for them among the best 4k before masking
+    // the whole vocabulary.
     const size_t k = static_cast<size_t>(options_.top_k);
-    const size_t window = std::min(ids.size(), std::max<size_t>(8 * k, 512));
-    std::nth_element(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(window - 1), ids.end(), by_logit);
-    std::sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(window), by_logit);
+    const size_t window = std::min(ids.size(), std::max<size_t>(4 * k, 64));
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(window), ids.end(), by_logit);
     std::vector<int32_t> allowed;
     for (size_t i = 0; i < window && allowed.size() < k; ++i) {
       if (filter->allows(ids[i])) allowed.push_back(ids[i]);
