@@ -74,7 +74,8 @@ GrammarVocabulary::GrammarVocabulary(const Tokenizer& tokenizer) : n_vocab_(toke
   eog_.assign(static_cast<size_t>(n_vocab_), false);
   for (int32_t t = 0; t < n_vocab_; ++t) {
     all_bytes_ += tokenizer.token_bytes(t);
-    offsets_.push_back(all_bytes_.size());
+    if (all_bytes_.size() > UINT32_MAX) throw Error(ErrorKind::kUnsupported, "the vocabulary's tokens hold over 4 GB");
+    offsets_.push_back(static_cast<uint32_t>(all_bytes_.size()));
     if (tokenizer.is_end_of_generation(t)) {
       eog_[static_cast<size_t>(t)] = true;
       eog_tokens_.push_back(t);

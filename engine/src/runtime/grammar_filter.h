@@ -69,7 +69,7 @@ class GrammarVocabulary {
  private:
   int32_t n_vocab_ = 0;
   std::string all_bytes_;
-  std::vector<size_t> offsets_;
+  std::vector<uint32_t> offsets_;
   std::vector<bool> eog_;
   std::vector<int32_t> eog_tokens_;
   std::unique_ptr<TokenTrie> trie_;

@@ -169,6 +169,34 @@ TEST(GrammarFilter, SamplingEqualsMaskingFirst) {
   EXPECT_EQ(checked, 5 * 6 * 4);
 }
 
+TEST(GrammarFilter, MasksStayRightAcrossTheMatchersCacheResets) {
+  // A count in the state makes a new state per character; past the
+  // matcher's limit its state ids restart (the current state becomes 0, as
+  // the first state was), and cached masks must go too.
+  const auto tokenizer = qwen3_tokenizer();
+  auto vocab = std::make_shared<const GrammarVocabulary>(*tokenizer);
+  GrammarFilter filter(Grammar::parse("root ::= \"x\" [a-z]{0,20000} \"!\""), vocab);
+  std::vector<float> logits(static_cast<size_t>(vocab->size()), 0.0f);
+  filter.apply(logits);  // cached for the first state: only tokens starting with "x"
+  const int32_t abcd = tokenizer->encode("abcd", false, false)[0];
+  EXPECT_FALSE(filter.allows(abcd));
+  filter.accept(tokenizer->encode("x", false, false)[0]);
+  const int32_t a = tokenizer->encode("a", false, false)[0];
+  const uint64_t epoch = filter.matcher().epoch();
+  for (int i = 0; i < 20000 && filter.matcher().epoch() == epoch; ++i) filter.accept(a);
+  ASSERT_GT(filter.matcher().epoch(), epoch);
+  ASSERT_EQ(filter.matcher().state(), 0);
+  std::vector<float> now(static_cast<size_t>(vocab->size()), 0.0f);
+  filter.apply(now);
+  GrammarMatcher& m = filter.matcher();
+  const std::vector<uint64_t> expected = naive_mask(m, m.state(), *vocab);
+  for (int32_t t = 0; t < vocab->size(); ++t) {
+    const bool allowed = vocab->end_of_generation(t) ? m.can_end(m.state()) : ((expected[t / 64] >> (t % 64)) & 1) != 0;
+    ASSERT_EQ(std::isfinite(now[static_cast<size_t>(t)]), allowed) << "token " << t;
+  }
+  EXPECT_TRUE(std::isfinite(now[static_cast<size_t>(abcd)]));
+}
+
 TEST(GrammarFilter, NoAllowedTokenIsAnError) {
   const auto tokenizer = qwen3_tokenizer();
   auto vocab = std::make_shared<const GrammarVocabulary>(*tokenizer);
