@@ -47,12 +47,19 @@ TokenTrie::TokenTrie(const std::vector<int32_t>& tokens, const std::vector<std::
   nodes_.push_back(Node{0, static_cast<uint32_t>(tokens_.size()), 0, 0});  // sentinel
 }
 
-void TokenTrie::collect(GrammarMatcher& matcher, GrammarMatcher::StateId state, std::vector<uint64_t>& bits) const {
+void TokenTrie::collect(GrammarMatcher& matcher, GrammarMatcher::StateId state, std::vector<uint64_t>& bits,
+                        uint64_t max_work) const {
   std::vector<GrammarMatcher::StateId> states(max_depth_ + 1);
   states[0] = state;
   const size_t n = nodes_.size() - 1;
+  const uint64_t work_start = matcher.work();
   size_t i = 1;
-  while (i < n) {
+  for (uint32_t check = 0; i < n; ++check) {
+    if ((check & 1023) == 0 && matcher.work() - work_start > max_work) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  "the grammar is too ambiguous to run: deciding which tokens may come next took over " +
+                      std::to_string(max_work) + " steps of its parser");
+    }
     const Node& node = nodes_[i];
     const GrammarMatcher::StateId next = matcher.step(states[node.depth - 1u], node.byte);
     if (next == GrammarMatcher::kDead) {

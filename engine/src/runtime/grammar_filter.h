@@ -35,7 +35,13 @@ class TokenTrie {
   TokenTrie(const std::vector<int32_t>& tokens, const std::vector<std::string_view>& bytes);
 
   // Sets the bit of every token whose bytes the matcher accepts from `state`.
-  void collect(GrammarMatcher& matcher, GrammarMatcher::StateId state, std::vector<uint64_t>& bits) const;
+  // Throws Error(kInvalidArgument) when the grammar makes one walk cost more
+  // than max_work stack frames: a grammar that ambiguous would take seconds
+  // or minutes per token, which is reported rather than waited for.
+  void collect(GrammarMatcher& matcher, GrammarMatcher::StateId state, std::vector<uint64_t>& bits,
+               uint64_t max_work = kMaxWalkWork) const;
+  // Ordinary grammars (JSON schemas included) take well under a million.
+  static constexpr uint64_t kMaxWalkWork = 20000000;
 
   size_t node_count() const { return nodes_.size(); }
 

@@ -197,6 +197,30 @@ TEST(GrammarFilter, MasksStayRightAcrossTheMatchersCacheResets) {
   EXPECT_TRUE(std::isfinite(now[static_cast<size_t>(abcd)]));
 }
 
+TEST(GrammarFilter, AWalkPastItsWorkLimitIsAnErrorNotAHang) {
+  // Cached transitions make even ambiguous grammars cheap as a rule (60 x 60
+  // places for each letter here come back to one state); the limit guards
+  // the rest. Shown with a small limit.
+  std::string g = "root ::=";
+  for (int i = 0; i < 60; ++i) g += " c";
+  g += "\nc ::=";
+  for (int i = 0; i < 60; ++i) g += " b";
+  g += "\nb ::= [a-z]?\n";
+  const auto tokenizer = qwen3_tokenizer();
+  const GrammarVocabulary vocab(*tokenizer);
+  std::vector<uint64_t> bits((static_cast<size_t>(vocab.size()) + 63) / 64, 0);
+  GrammarMatcher fine(Grammar::parse(g));
+  vocab.trie().collect(fine, fine.state(), bits);  // under the default limit
+  EXPECT_GT(popcount(bits), 1000u);
+  GrammarMatcher limited(Grammar::parse(g));
+  try {
+    vocab.trie().collect(limited, limited.state(), bits, 100000);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("too ambiguous to run"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GrammarFilter, NoAllowedTokenIsAnError) {
   const auto tokenizer = qwen3_tokenizer();
   auto vocab = std::make_shared<const GrammarVocabulary>(*tokenizer);

@@ -720,6 +720,7 @@ void GrammarMatcher::expand(uint32_t node, std::vector<uint32_t>& out) {
   while (!todo_.empty()) {
     const uint32_t n = todo_.back();
     todo_.pop_back();
+    ++work_;
     if (seen_[n] == stamp_) continue;
     seen_[n] = stamp_;
     if (n == 0) {
@@ -799,6 +800,7 @@ GrammarMatcher::StateId GrammarMatcher::compute_step(StateId state, uint8_t byte
   const std::vector<Grammar::CharSet>& sets = grammar_->charsets();
   begin_expansion();
   const State s = states_[static_cast<size_t>(state)];
+  work_ += s.count;
   for (uint32_t k = 0; k < s.count; ++k) {
     const uint32_t n = stack_pool_[s.first + k];
     if (n == 0) continue;  // a finished sentence reads nothing more

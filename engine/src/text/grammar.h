@@ -138,6 +138,8 @@ class GrammarMatcher {
   // this means the grammar is ambiguous beyond use (x? x? x? ... written
   // out hundreds of times), and is reported rather than run slowly.
   static constexpr size_t kMaxStacks = 20000;
+  // Stack frames handled so far, for callers that bound a whole walk.
+  uint64_t work() const { return work_; }
   static constexpr size_t kTrimStates = 8192;
 
  private:
@@ -184,6 +186,7 @@ class GrammarMatcher {
   StateId current_ = 0;
   StateId start_ = 0;
   uint64_t epoch_ = 0;
+  uint64_t work_ = 0;
 
   // Scratch of compute_step/expand, kept to avoid allocations.
   std::vector<uint32_t> todo_, out_;
