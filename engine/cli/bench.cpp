@@ -4,7 +4,9 @@
 // I/O, prepare and compute time, prefetch hits and misses, bytes streamed in
 // prefill and decode, time to first token, speeds and peak memory. With
 // --sweep-budget, repeats the run across memory budgets from 0 to the model
-// size and prints decode speed and memory for each.
+// size and prints decode speed and memory for each. With a grammar
+// (--grammar, --json-schema, --json), runs with and without it in turn and
+// prints the decode speeds and the grammar's overhead.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -165,9 +167,86 @@ int run_sweep(const CommonOptions& common, const BenchOptions& bench) {
   return 0;
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Decode speed with and without the grammar, on the same engine and prompt,
+// alternating so that a change in the machine's load hits both alike.
+int run_grammar_bench(const CommonOptions& common, const BenchOptions& bench) {
+  auto engine = open_engine(common);
+  const ModelInfo& m = engine->info();
+  GenerateOptions options;
+  options.max_tokens = bench.gen_tokens;
+  if (bench.sampling) {
+    options.sampling = *bench.sampling;
+    if (!options.sampling.seed) options.sampling.seed = 1;  // both runs draw alike
+  } else {
+    options.sampling.temperature = 0;
+  }
+  const SamplingOptions& s = options.sampling;
+  std::printf("model     %s: %s, %d blocks, dim %d, vocabulary %d tokens\n", common.model.c_str(),
+              m.architecture.c_str(), m.n_layers(), static_cast<int>(m.hyperparameter("dim")), m.n_vocab());
+  std::printf("grammar   %s (%zu bytes of GBNF)\n", bench.grammar_source.c_str(), bench.grammar.size());
+  if (s.temperature <= 0) {
+    std::printf("sampling  greedy\n");
+  } else {
+    std::printf("sampling  temperature %.2f, top-k %d, top-p %.2f, min-p %.2f, seed %llu\n", s.temperature, s.top_k,
+                s.top_p, s.min_p, static_cast<unsigned long long>(*s.seed));
+  }
+  std::printf("run       %d prompt tokens, up to %d generated, %d runs each way\n\n", bench.prompt_tokens,
+              bench.gen_tokens, bench.repeats);
+  const std::vector<int32_t> prompt = bench_prompt(*engine, bench.prompt_tokens);
+  auto run = [&](bool with_grammar) {
+    GenerateOptions o = options;
+    if (with_grammar) o.grammar = bench.grammar;
+    engine->reset();
+    return engine->generate_tokens(prompt, o, [](const TokenEvent&) { return true; });
+  };
+  // First runs load the weights and build the vocabulary trie: not timed,
+  // but the trie's cost shows in the grammar run's prompt time.
+  run(false);
+  const GenerationStats first = run(true);
+  // Decode speeds move with the machine's load; the time spent choosing
+  // tokens (sampler and grammar) is measured apart, per token, and its
+  // growth against the plain run's time per token is the overhead that
+  // does not depend on how fast the model itself ran.
+  std::printf("%4s %12s %12s %14s %14s %10s %10s %8s  %s\n", "run", "plain tok/s", "gramm tok/s", "plain pick ms",
+              "gramm pick ms", "speed", "pick", "tokens", "stop");
+  std::vector<double> plain, constrained, speed_overheads, pick_overheads, grammar_prompt_ms;
+  auto per_token = [](const GenerationStats& g, double ms) { return g.generated_tokens > 0 ? ms / g.generated_tokens : 0; };
+  for (int r = 0; r < bench.repeats; ++r) {
+    const GenerationStats a = run(false);
+    const GenerationStats b = run(true);
+    const double pa = a.decode_tokens_per_s(), pb = b.decode_tokens_per_s();
+    const double speed = pb > 0 ? (pa / pb - 1) * 100 : 0;  // extra time per token, end to end
+    const double plain_token_ms = per_token(a, a.decode_ms);
+    const double pick = plain_token_ms > 0 ? (per_token(b, b.sample_ms) - per_token(a, a.sample_ms)) / plain_token_ms * 100 : 0;
+    plain.push_back(pa);
+    constrained.push_back(pb);
+    speed_overheads.push_back(speed);
+    pick_overheads.push_back(pick);
+    grammar_prompt_ms.push_back(b.prompt_ms);
+    std::printf("%4d %12.2f %12.2f %14.3f %14.3f %9.1f%% %9.2f%% %8d  %s\n", r + 1, pa, pb, per_token(a, a.sample_ms),
+                per_token(b, b.sample_ms), speed, pick, b.generated_tokens, stop_reason_name(b.stop_reason));
+    std::fflush(stdout);
+  }
+  std::printf("%4s %12.2f %12.2f %14s %14s %9.1f%% %9.2f%%  medians\n", "", median(plain), median(constrained), "",
+              "", median(speed_overheads), median(pick_overheads));
+  std::printf("\nspeed: extra time per decoded token, end to end; pick: the grammar's extra time choosing\n"
+              "tokens, against the plain run's time per token\n");
+  std::printf("the first run with the grammar took %.1f ms more before decoding than the later ones: the\n"
+              "vocabulary trie, built once per engine\n",
+              first.prompt_ms - median(grammar_prompt_ms));
+  return 0;
+}
+
 }  // namespace
 
 int run_bench(const CommonOptions& common, const BenchOptions& bench) {
+  if (!bench.grammar.empty()) return run_grammar_bench(common, bench);
   {
     auto engine = open_engine(common);
     const ModelInfo& m = engine->info();

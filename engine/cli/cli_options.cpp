@@ -3,8 +3,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <limits>
 
+#include "sipllm/grammar.h"
 #include "sipllm/http_source.h"
 
 namespace sipllm::cli {
@@ -29,6 +32,11 @@ const char* const kUsage =
     "  --stop STRING       stop before STRING (repeatable)\n"
     "  --logits-out FILE   write the float32 logits of every prompt position\n"
     "                      (int32 n_positions, int32 n_vocab, then the rows)\n"
+    "\n"
+    "constrained output (run, bench):\n"
+    "  --grammar FILE      every token continues this GBNF grammar (llama.cpp's format)\n"
+    "  --json-schema S     output valid under a JSON Schema: S is a file, or the JSON itself\n"
+    "  --json              output is a JSON object\n"
     "\n"
     "text (run, tokenize):\n"
     "  --no-special        add no BOS/EOS, whatever the model's metadata asks\n"
@@ -64,7 +72,9 @@ const char* const kUsage =
     "bench:\n"
     "  --prompt-tokens P   (default 128)      --gen-tokens G  (default 32)\n"
     "  --per-token-prefill run the prompt one token at a time, for comparison\n"
-    "  --sweep-budget      decode tokens/s and peak memory across budgets\n";
+    "  --sweep-budget      decode tokens/s and peak memory across budgets\n"
+    "  --repeats N         with a grammar: runs with and without it, N each (default 3);\n"
+    "                      greedy unless sampling flags are given\n";
 
 namespace {
 
@@ -121,6 +131,37 @@ uint64_t parse_bytes(const std::string& flag, const std::string& text) {
   return v * scale;
 }
 
+std::string read_file(const std::string& flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(flag + ": cannot open '" + path + "'");
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The grammar of --grammar/--json-schema/--json, checked now so that a
+// mistake shows before the model loads; errors name the file.
+std::string grammar_from_flag(const std::string& flag, const std::string& value) {
+  if (flag == "--json") return json_object_grammar();
+  if (flag == "--grammar") {
+    const std::string text = read_file(flag, value);
+    try {
+      check_grammar(text);
+    } catch (const Error& e) {
+      throw Error(e.kind(), value + ": " + e.what());
+    }
+    return text;
+  }
+  // --json-schema: the JSON text itself, or a file holding it.
+  const size_t first = value.find_first_not_of(" \t\r\n");
+  const bool inline_json = first != std::string::npos && (value[first] == '{' || value.compare(first, 4, "true") == 0);
+  if (inline_json) return json_schema_to_grammar(value);
+  const std::string text = read_file(flag, value);
+  try {
+    return json_schema_to_grammar(text);
+  } catch (const Error& e) {
+    throw Error(e.kind(), value + ": " + e.what());
+  }
+}
+
 }  // namespace
 
 ParsedArgs parse_args(const std::string& command, const std::vector<std::string>& args) {
@@ -128,6 +169,8 @@ ParsedArgs parse_args(const std::string& command, const std::vector<std::string>
   SamplingOptions& s = p.run.generate.sampling;
   EngineOptions& e = p.common.engine;
   bool have_prompt = false;
+  bool sampling_given = false;
+  std::string grammar_flag;
   ArgReader r(args);
   while (!r.done()) {
     const std::string flag = r.next_flag();
@@ -139,19 +182,34 @@ ParsedArgs parse_args(const std::string& command, const std::vector<std::string>
     } else if (flag == "-n" || flag == "--n-predict") {
       p.run.generate.max_tokens = static_cast<int>(parse_int(flag, r.value(flag), 0, 1 << 24));
     } else if (flag == "--temp") {
+      sampling_given = true;
       s.temperature = static_cast<float>(parse_double(flag, r.value(flag), 0, 100));
     } else if (flag == "--top-k") {
+      sampling_given = true;
       s.top_k = static_cast<int>(parse_int(flag, r.value(flag), 0, 1 << 30));
     } else if (flag == "--top-p") {
+      sampling_given = true;
       s.top_p = static_cast<float>(parse_double(flag, r.value(flag), 1e-6, 1));
     } else if (flag == "--min-p") {
+      sampling_given = true;
       s.min_p = static_cast<float>(parse_double(flag, r.value(flag), 0, 1));
     } else if (flag == "--repeat-penalty") {
+      sampling_given = true;
       s.repeat_penalty = static_cast<float>(parse_double(flag, r.value(flag), 1e-3, 100));
     } else if (flag == "--repeat-last-n") {
+      sampling_given = true;
       s.repeat_last_n = static_cast<int>(parse_int(flag, r.value(flag), -1, 1 << 30));
     } else if (flag == "--seed") {
+      sampling_given = true;
       s.seed = static_cast<uint64_t>(parse_int(flag, r.value(flag), 0, std::numeric_limits<long long>::max()));
+    } else if (flag == "--grammar" || flag == "--json-schema" || flag == "--json") {
+      if (!grammar_flag.empty()) throw UsageError(flag + " and " + grammar_flag + ": give one constraint, not both");
+      grammar_flag = flag;
+      const std::string value = flag == "--json" ? "" : r.value(flag);
+      p.run.generate.grammar = grammar_from_flag(flag, value);
+      p.bench.grammar_source = flag + (value.empty() ? "" : " " + value);
+    } else if (flag == "--repeats") {
+      p.bench.repeats = static_cast<int>(parse_int(flag, r.value(flag), 1, 1000));
     } else if (flag == "--stop") {
       p.run.generate.stop.push_back(r.value(flag));
     } else if (flag == "--no-special") {
@@ -227,6 +285,11 @@ ParsedArgs parse_args(const std::string& command, const std::vector<std::string>
     }
   }
   if (p.common.model.empty()) throw UsageError(command + " needs a model: -m MODEL.gguf");
+  if (!grammar_flag.empty() && command != "run" && command != "bench") {
+    throw UsageError(grammar_flag + " is for run and bench");
+  }
+  p.bench.grammar = p.run.generate.grammar;
+  if (sampling_given) p.bench.sampling = s;
   if (command == "tokenize" && !have_prompt) throw UsageError("tokenize needs text: -p TEXT or -f FILE");
   if (!p.tokenize.file.empty() && command != "tokenize") throw UsageError("--file is for tokenize");
   if (!p.tokenize.file.empty() && !p.run.prompt.empty()) throw UsageError("give -p TEXT or -f FILE, not both");

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -52,6 +53,12 @@ struct BenchOptions {
   int gen_tokens = 32;
   bool sweep_budget = false;
   int sweep_steps = 8;
+  // With a grammar (--grammar, --json-schema, --json): decode speed with
+  // and without it, alternating, `repeats` times each.
+  std::string grammar;
+  std::string grammar_source;  // what it came from, for the report
+  int repeats = 3;
+  std::optional<SamplingOptions> sampling;  // sampling flags given: these, else greedy
 };
 
 struct ParsedArgs {

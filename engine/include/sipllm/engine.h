@@ -90,6 +90,15 @@ struct GenerateOptions {
   std::vector<std::string> stop;  // generation ends before any of these
   bool add_special = true;        // BOS/EOS as the model's metadata asks
   bool parse_special = true;      // "<|im_start|>" in the prompt is a token
+  // A GBNF grammar (llama.cpp's format, starting at rule `root`; see
+  // sipllm/grammar.h, which also turns a JSON Schema into one). Empty: none.
+  // Every sampled token then continues the grammar, whatever the sampling
+  // settings; the end of generation is allowed only where the grammar may
+  // end, and generation stops by itself (kGrammarComplete) once nothing can
+  // follow. A text cut short by max_tokens or a stop string may be
+  // incomplete. A malformed grammar throws Error(kInvalidArgument) before
+  // anything runs.
+  std::string grammar;
 };
 
 // How a text's per-position vectors become one embedding, as llama.cpp's
@@ -109,7 +118,14 @@ struct TokenEvent {
   std::string text;  // complete UTF-8 text this token finished (may be empty)
 };
 
-enum class StopReason { kEndOfText, kMaxTokens, kStopString, kCancelled, kCallback };
+enum class StopReason {
+  kEndOfText,
+  kMaxTokens,
+  kStopString,
+  kCancelled,
+  kCallback,
+  kGrammarComplete,  // the grammar's sentence is complete and nothing may follow
+};
 const char* stop_reason_name(StopReason reason);
 
 // One load of one unit and its use, for timelines. Times in ms since the
@@ -161,6 +177,9 @@ struct GenerationStats {
   int generated_tokens = 0;
   double prompt_ms = 0;     // prefill of the new prompt tokens
   double decode_ms = 0;
+  // Of decode_ms, the time spent choosing tokens: the sampler, and the
+  // grammar if there is one (its masks, its state after each token).
+  double sample_ms = 0;
   double ttft_ms = 0;       // from the call to the first generated token
   double prompt_tokens_per_s() const;
   double decode_tokens_per_s() const;

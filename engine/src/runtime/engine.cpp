@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "model/gguf.h"
+#include "runtime/grammar_filter.h"
 #include "runtime/kernel_warm_up.h"
 #include "runtime/kv_cache.h"
 #include "runtime/layer_loader.h"
@@ -107,6 +108,17 @@ class EngineImpl final : public Engine {
     }
     Sampler sampler(options.sampling, model_.shape.n_vocab);
     StopStrings stops(options.stop);
+    // Parsed before any work, so that a malformed grammar fails at once.
+    std::unique_ptr<GrammarFilter> grammar;
+    if (!options.grammar.empty()) {
+      std::shared_ptr<const Grammar> parsed = Grammar::parse(options.grammar);
+      if (grammar_vocabulary_ == nullptr) grammar_vocabulary_ = std::make_shared<GrammarVocabulary>(*tokenizer_);
+      // The decoder drops a SentencePiece leading space at the start of a
+      // text, so then the grammar must not see it either.
+      bool at_text_start = tokenizer_->strips_leading_space();
+      for (int32_t t : prompt) at_text_start = at_text_start && tokenizer_->token_bytes(t).empty();
+      grammar = std::make_unique<GrammarFilter>(std::move(parsed), grammar_vocabulary_, at_text_start);
+    }
 
     GenerationStats stats;
     stats.prompt_tokens = static_cast<int>(prompt.size());
@@ -127,7 +139,14 @@ class EngineImpl final : public Engine {
     const auto decode_start = Clock::now();
     stats.stop_reason = StopReason::kMaxTokens;
     for (int i = 0; i < options.max_tokens; ++i) {
-      const int32_t token = sampler.sample(logits, context);
+      if (grammar != nullptr && grammar->must_end()) {  // an empty `root`, say
+        stats.stop_reason = StopReason::kGrammarComplete;
+        break;
+      }
+      const auto sample_start = Clock::now();
+      const int32_t token = sampler.sample(logits, context, grammar.get());
+      if (grammar != nullptr && !tokenizer_->is_end_of_generation(token)) grammar->accept(token);
+      stats.sample_ms += ms_since(sample_start);
       if (stats.generated_tokens == 0) stats.ttft_ms = ms_since(start);
       if (tokenizer_->is_end_of_generation(token)) {
         stats.stop_reason = StopReason::kEndOfText;
@@ -142,6 +161,10 @@ class EngineImpl final : public Engine {
       }
       if (text.stopped) {
         stats.stop_reason = StopReason::kStopString;
+        break;
+      }
+      if (grammar != nullptr && grammar->must_end()) {  // no forward pass for a token that cannot come
+        stats.stop_reason = StopReason::kGrammarComplete;
         break;
       }
       if (i + 1 == options.max_tokens) break;  // the last token needs no forward pass
@@ -414,6 +437,9 @@ class EngineImpl final : public Engine {
   KvCache cache_;
   std::vector<int32_t> cached_;
   std::atomic<bool> cancelled_{false};
+  // The vocabulary's token trie for grammars, built on the first request
+  // that has one and kept for the next.
+  std::shared_ptr<const GrammarVocabulary> grammar_vocabulary_;
 };
 
 }  // namespace
@@ -438,6 +464,7 @@ const char* stop_reason_name(StopReason reason) {
     case StopReason::kStopString: return "stop string";
     case StopReason::kCancelled: return "cancelled";
     case StopReason::kCallback: return "stopped by caller";
+    case StopReason::kGrammarComplete: return "grammar complete";
   }
   return "unknown";
 }

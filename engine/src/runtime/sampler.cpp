@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <unordered_set>
@@ -34,7 +35,7 @@ double Sampler::next_uniform() {
   return static_cast<double>(z >> 11) * 0x1.0p-53;
 }
 
-int32_t Sampler::sample(std::vector<float>& logits, const std::vector<int32_t>& recent) {
+int32_t Sampler::sample(std::vector<float>& logits, const std::vector<int32_t>& recent, TokenFilter* filter) {
   for (const auto& [token, bias] : options_.logit_bias) {
     if (token >= 0 && token < n_vocab_) logits[static_cast<size_t>(token)] += bias;
   }
@@ -50,9 +51,25 @@ int32_t Sampler::sample(std::vector<float>& logits, const std::vector<int32_t>& 
     }
   }
 
-  if (options_.temperature <= 0) {
+  const auto first_max = [&] {
     // First maximum wins ties, so the choice is deterministic.
     return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  };
+  const float kNone = -std::numeric_limits<float>::infinity();
+  const auto nothing_allowed = [] {
+    return Error(ErrorKind::kInvalidArgument,
+                 "the grammar allows no token of the vocabulary here (it expects text no token spells)");
+  };
+
+  if (options_.temperature <= 0) {
+    int32_t best = first_max();
+    // The best token, if allowed, is also the best of the allowed ones.
+    if (filter != nullptr && !filter->allows(best)) {
+      filter->apply(logits);
+      best = first_max();
+      if (logits[static_cast<size_t>(best)] == kNone) throw nothing_allowed();
+    }
+    return best;
   }
 
   std::vector<int32_t> ids(static_cast<size_t>(n_vocab_));
@@ -62,13 +79,37 @@ int32_t Sampler::sample(std::vector<float>& logits, const std::vector<int32_t>& 
     return la > lb || (la == lb && a < b);
   };
   size_t keep = ids.size();
-  if (options_.top_k > 0 && static_cast<size_t>(options_.top_k) < keep) {
-    keep = static_cast<size_t>(options_.top_k);
-    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(keep), ids.end(), by_logit);
-  } else {
-    std::sort(ids.begin(), ids.end(), by_logit);
+  bool ranked = false;
+  if (filter != nullptr && options_.top_k > 0 && static_cast<size_t>(options_.top_k) < keep) {
+    // Masking first and then taking the top k keeps the first k allowed
+    // tokens in logit order: look for them among the best 4k before masking
+    // the whole vocabulary.
+    const size_t k = static_cast<size_t>(options_.top_k);
+    const size_t window = std::min(ids.size(), std::max<size_t>(4 * k, 64));
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(window), ids.end(), by_logit);
+    std::vector<int32_t> allowed;
+    for (size_t i = 0; i < window && allowed.size() < k; ++i) {
+      if (filter->allows(ids[i])) allowed.push_back(ids[i]);
+    }
+    if (allowed.size() == k) {
+      ids = std::move(allowed);
+      keep = k;
+      ranked = true;
+    } else {
+      std::iota(ids.begin(), ids.end(), 0);
+    }
   }
-  ids.resize(keep);
+  if (!ranked) {
+    if (filter != nullptr) filter->apply(logits);
+    if (options_.top_k > 0 && static_cast<size_t>(options_.top_k) < keep) {
+      keep = static_cast<size_t>(options_.top_k);
+      std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(keep), ids.end(), by_logit);
+    } else {
+      std::sort(ids.begin(), ids.end(), by_logit);
+    }
+    ids.resize(keep);
+  }
+  if (filter != nullptr && logits[static_cast<size_t>(ids[0])] == kNone) throw nothing_allowed();
 
   std::vector<double> probs(keep);
   const double max = logits[static_cast<size_t>(ids[0])];
@@ -78,6 +119,9 @@ int32_t Sampler::sample(std::vector<float>& logits, const std::vector<int32_t>& 
     sum += probs[i];
   }
   for (double& p : probs) p /= sum;
+  // Tokens of probability 0 (masked, or banned by a bias) must never be
+  // drawn, not even by the rounding fallback below.
+  while (keep > 1 && probs[keep - 1] == 0) --keep;
 
   if (options_.top_p < 1.0f) {
     double cumulative = 0;
