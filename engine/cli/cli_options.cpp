@@ -19,6 +19,8 @@ const char* const kUsage =
     "  sipllm info -m MODEL.gguf                               describe a model\n"
     "  sipllm tokenize -m MODEL.gguf -p TEXT                   print token ids\n"
     "      MODEL may hold only a vocabulary (tokenizer keys, no tensors)\n"
+    "  sipllm embed -m MODEL.gguf -p TEXT [-p TEXT...]         print each text's embedding\n"
+    "      --pooling mean|cls|last (default: the model's, else mean), --no-normalize\n"
     "  sipllm bench -m MODEL.gguf [options]                    profile streaming\n"
     "  sipllm gen --shape NAME --type TYPE --vocab V.gguf -o OUT.gguf\n"
     "                                                          write a random-weight model\n"
@@ -178,7 +180,21 @@ ParsedArgs parse_args(const std::string& command, const std::vector<std::string>
       p.common.model = r.value(flag);
     } else if (flag == "-p" || flag == "--prompt") {
       p.run.prompt = r.value(flag);
+      p.embed.texts.push_back(p.run.prompt);
       have_prompt = true;
+    } else if (flag == "--pooling") {
+      const std::string v = r.value(flag);
+      if (v == "mean") {
+        p.embed.embed.pooling = Pooling::kMean;
+      } else if (v == "cls") {
+        p.embed.embed.pooling = Pooling::kCls;
+      } else if (v == "last") {
+        p.embed.embed.pooling = Pooling::kLast;
+      } else {
+        throw UsageError("--pooling takes mean, cls or last, not '" + v + "'");
+      }
+    } else if (flag == "--no-normalize") {
+      p.embed.embed.normalize = false;
     } else if (flag == "-n" || flag == "--n-predict") {
       p.run.generate.max_tokens = static_cast<int>(parse_int(flag, r.value(flag), 0, 1 << 24));
     } else if (flag == "--temp") {

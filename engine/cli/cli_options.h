@@ -43,6 +43,11 @@ struct RunOptions {
   std::string logits_out;
 };
 
+struct EmbedCliOptions {
+  std::vector<std::string> texts;  // every -p, in order
+  EmbedOptions embed;
+};
+
 struct TokenizeOptions {
   std::string file;     // --file: tokenize this file's bytes instead of -p
   bool timing = false;  // --timing: load and encode times on stderr
@@ -62,6 +67,7 @@ struct BenchOptions {
 };
 
 struct ParsedArgs {
+  EmbedCliOptions embed;
   CommonOptions common;
   RunOptions run;  // also holds tokenize's text (prompt) and special-token flags
   TokenizeOptions tokenize;

@@ -3,6 +3,7 @@
 //   sipllm run -m MODEL.gguf -p "PROMPT" -n N [sampling] [--logits-out FILE]
 //   sipllm info -m MODEL.gguf
 //   sipllm tokenize -m MODEL.gguf -p "TEXT" [--no-special] [--no-parse-special] [--timing]
+//   sipllm embed -m MODEL.gguf -p "TEXT" [-p "TEXT"...] [--pooling mean|cls|last]
 //   sipllm bench -m MODEL.gguf [loader and run options]
 //   sipllm gen --shape NAME --type TYPE --vocab VOCAB.gguf -o OUT.gguf
 #include <chrono>
@@ -22,6 +23,17 @@
 
 namespace sipllm::cli {
 namespace {
+
+// One line per text: its embedding's floats.
+int run_embed(const CommonOptions& common, const EmbedCliOptions& options) {
+  if (options.texts.empty()) throw UsageError("embed needs at least one -p TEXT");
+  auto engine = open_engine(common);
+  for (const std::vector<float>& e : engine->embed(options.texts, options.embed)) {
+    for (size_t i = 0; i < e.size(); ++i) std::printf(i == 0 ? "%.9g" : " %.9g", static_cast<double>(e[i]));
+    std::printf("\n");
+  }
+  return 0;
+}
 
 int run_info(const CommonOptions& common) {
   auto engine = open_engine(common);
@@ -148,6 +160,7 @@ int main_with_args(std::vector<std::string> args) {
   if (command == "gen") return run_gen(args);
   ParsedArgs parsed = parse_args(command, args);
   if (command == "info") return run_info(parsed.common);
+  if (command == "embed") return run_embed(parsed.common, parsed.embed);
   if (command == "tokenize") return run_tokenize(parsed.common, parsed.run, parsed.tokenize);
   if (command == "run") return run_generate(parsed.common, parsed.run);
   if (command == "bench") return run_bench(parsed.common, parsed.bench);

@@ -700,7 +700,8 @@ class Model:
             if self.gemma:
                 f = self.rmsnorm(f, L['post_ffn_norm'])
             x = x + f
-        logits = self.mul(self.output, self.rmsnorm(x, self.output_norm))
+        self.hidden = self.rmsnorm(x, self.output_norm)  # what embeddings pool
+        logits = self.mul(self.output, self.hidden)
         if self.final_softcap:
             logits = self.final_softcap * np.tanh(logits / self.final_softcap)
         return logits
@@ -717,6 +718,20 @@ class Model:
         self.check_tokens(tokens)
         self.reset(len(tokens))
         return np.stack([self.forward(t, pos) for pos, t in enumerate(tokens)])
+
+    def embedding(self, tokens, pooling, normalize=True):
+        """The final norm's output pooled over the positions, as llama.cpp's
+        llama_pooling_type: mean, cls (the first position) or last; then
+        scaled to unit length (its embedding tool's default)."""
+        self.check_tokens(tokens)
+        self.reset(len(tokens))
+        hidden = []
+        for pos, t in enumerate(tokens):
+            self.forward(t, pos)
+            hidden.append(np.array(self.hidden, dtype=np.float64))
+        hidden = np.stack(hidden)
+        e = {'mean': hidden.mean(axis=0), 'cls': hidden[0], 'last': hidden[-1]}[pooling]
+        return e / np.linalg.norm(e) if normalize else e
 
     def greedy(self, tokens, n):
         self.check_tokens(tokens, n)
@@ -823,6 +838,8 @@ def main(argv=None):
                          "q8_0/q8_K (float16 q8_0 scale), K, V and Q to float16 with the flash-"
                          "attention sum of V kept in float16, GELU through float16, RoPE angles "
                          "in float32")
+    ap.add_argument('--embedding', choices=['mean', 'cls', 'last'],
+                    help='print the tokens\' embedding, pooled so and L2-normalized, as one line of floats')
     ap.add_argument('--ctx', type=int, metavar='N',
                     help='context length the model runs at (default: its context_length); '
                          'LongRoPE picks its factors by it')
@@ -831,8 +848,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.ctx is not None and args.ctx <= 0:
         ap.error('--ctx N needs N > 0')
-    if not (args.out or args.compare or args.greedy is not None):
-        ap.error('nothing to do: give --out, --compare and/or --greedy')
+    if not (args.out or args.compare or args.greedy is not None or args.embedding):
+        ap.error('nothing to do: give --out, --compare, --greedy and/or --embedding')
     if args.greedy is not None and args.greedy < 0:
         ap.error('--greedy N needs N >= 0')
     try:
@@ -849,6 +866,8 @@ def main(argv=None):
         if args.describe:
             print(model.describe(), file=sys.stderr)
         status = 0
+        if args.embedding:
+            print(' '.join(f'{v:.9g}' for v in model.embedding(tokens, args.embedding)))
         if args.out or args.compare:
             logits = model.logits(tokens)
             if args.out:
