@@ -13,7 +13,8 @@
 
 namespace sipllm::test {
 
-// Path of a file under ../shared/models.
+// Path of a fixture model (the folder the build gathers them in, see
+// tests/CMakeLists.txt: stories260K.gguf, llama.cpp-vocab/..., ...).
 std::string model_path(const std::string& relative);
 
 // Reads a whole file into a string (throws on failure).

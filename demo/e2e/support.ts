@@ -17,7 +17,8 @@ import type { Page } from '@playwright/test';
 export const demoDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 export const repoRoot = resolve(demoDir, '..');
 export const bundledModel = join(demoDir, 'public/models/stories260K.gguf');
-export const sharedModels = process.env.SIPLLM_MODELS_DIR ?? resolve(repoRoot, '../shared/models');
+// The fixture models, gathered by the native build (tests/CMakeLists.txt).
+export const sharedModels = process.env.SIPLLM_MODELS_DIR ?? resolve(repoRoot, 'build/native/tests/fixtures/models');
 export const cliPath = process.env.SIPLLM_CLI ?? join(repoRoot, 'build/native/engine/sipllm');
 
 // Set by global-setup.ts.

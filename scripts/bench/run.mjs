@@ -100,8 +100,9 @@ setup:
                        instead of web/wasm
   --models-dir DIR     where the generated models live (default build/bench-models)
   --vocab FILE         vocab GGUF for new models (default: the shape's own
-                       for qwen3-0.6b and llama-3.2-1b, else
-                       ../shared/models/llama.cpp-vocab/ggml-vocab-llama-spm.gguf)
+                       for qwen3-0.6b and llama-3.2-1b, else llama.cpp's
+                       llama-spm vocabulary the native build unpacks into
+                       build/native/tests/fixtures/models/llama.cpp-vocab)
   --cli FILE           the native CLI (default $SIPLLM_CLI or build/native/engine/sipllm)
   --chromium FILE      the browser (default $CHROMIUM or /usr/bin/chromium)
   --browser-arg ARG    one more browser argument (repeatable), e.g. --js-flags=...
@@ -119,7 +120,7 @@ function parseOptions(argv) {
     mbps: 0, latencyMs: 0, build: false, wasmDir: null,
     modelsDir: join(repoRoot, 'build/bench-models'),
     vocab: null,
-    defaultVocab: resolve(repoRoot, '../shared/models/llama.cpp-vocab/ggml-vocab-llama-spm.gguf'),
+    defaultVocab: join(repoRoot, 'build/native/tests/fixtures/models/llama.cpp-vocab/ggml-vocab-llama-spm.gguf'),
     cli: process.env.SIPLLM_CLI ?? join(repoRoot, 'build/native/engine/sipllm'),
     chromium: process.env.CHROMIUM ?? '/usr/bin/chromium',
     timeoutS: 1200, json: null, verbose: false, browserArgs: [],

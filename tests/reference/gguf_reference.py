@@ -700,8 +700,8 @@ class Model:
             if self.gemma:
                 f = self.rmsnorm(f, L['post_ffn_norm'])
             x = x + f
-        self.hidden = self.rmsnorm(x, self.output_norm)  # what embeddings pool
-        logits = self.mul(self.output, self.hidden)
+        self.final_hidden = self.rmsnorm(x, self.output_norm)  # what embeddings pool
+        logits = self.mul(self.output, self.final_hidden)
         if self.final_softcap:
             logits = self.final_softcap * np.tanh(logits / self.final_softcap)
         return logits
@@ -728,7 +728,7 @@ class Model:
         hidden = []
         for pos, t in enumerate(tokens):
             self.forward(t, pos)
-            hidden.append(np.array(self.hidden, dtype=np.float64))
+            hidden.append(np.array(self.final_hidden, dtype=np.float64))
         hidden = np.stack(hidden)
         e = {'mean': hidden.mean(axis=0), 'cls': hidden[0], 'last': hidden[-1]}[pooling]
         return e / np.linalg.norm(e) if normalize else e

@@ -36,7 +36,7 @@ let model = option('--model', null);
 if (model === null) {
   model = join(work, 'smollm-135m-q8_0.gguf');
   execFileSync(cli, ['gen', '--shape', 'smollm-135m', '--type', 'Q8_0', '--vocab',
-                     resolve(repoRoot, '../shared/models/llama.cpp-vocab/ggml-vocab-starcoder.gguf'), '-o', model],
+                     resolve(repoRoot, 'build/native/tests/fixtures/models/llama.cpp-vocab/ggml-vocab-starcoder.gguf'), '-o', model],
                { stdio: 'inherit' });
 }
 model = resolve(model);

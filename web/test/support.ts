@@ -10,7 +10,8 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
 export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-export const modelsDir = process.env.SIPLLM_MODELS_DIR ?? resolve(repoRoot, '../shared/models');
+// The fixture models, gathered by the native build (tests/CMakeLists.txt).
+export const modelsDir = process.env.SIPLLM_MODELS_DIR ?? resolve(repoRoot, 'build/native/tests/fixtures/models');
 export const cliPath = process.env.SIPLLM_CLI ?? join(repoRoot, 'build/native/engine/sipllm');
 
 // A fixture by name, or any path.
