@@ -124,6 +124,7 @@ class DemoApp {
       const llm = await SipLLM.load(chosen.url, {
         threads: settings.threads,
         memoryBudget: settings.memoryBudget,
+        contextLength: settings.contextLength,
         cache: settings.cache,
         wasmBaseUrl: WASM_BASE_URL,
         onProgress: (progress) => {

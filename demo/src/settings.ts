@@ -12,6 +12,7 @@ export class SettingsError extends Error {}
 export interface LoadSettings {
   threads: number;
   memoryBudget: number | undefined;  // bytes; undefined: no limit
+  contextLength: number | undefined;  // tokens; undefined: the model's
   cache: boolean;
 }
 
@@ -50,6 +51,7 @@ export function readLoadSettings(): LoadSettings {
   return {
     threads: numberField('threads', 1, 64, { integer: true }),
     memoryBudget: budgetMb === undefined ? undefined : Math.round(budgetMb * 1e6),
+    contextLength: numberField('context-length', 1, 1 << 24, { integer: true, optional: true }),
     cache: input('use-cache').checked,
   };
 }
