@@ -219,7 +219,7 @@ void Session::open_url(const std::string& url, const OpenOptions& options) {
       progress_.counts(fetched, from_cache);
     };
     std::unique_ptr<HttpSource> source =
-        open_http_source(url, make_js_transport(options.request_timeout_ms), http);
+        open_http_source(url, make_js_transport(), http);
     HttpSource* raw = source.get();
     open_source(std::move(source), options.engine);
     http_source_ = raw;

@@ -34,7 +34,6 @@ struct OpenOptions {
   EngineOptions engine;
   HttpSourceOptions http;       // cache and on_progress are set by the session
   int cache_store_id = 0;       // a store registered in JavaScript; 0: no cache
-  double request_timeout_ms = 60000;
 };
 
 // How a job ended.
