@@ -210,7 +210,9 @@ Module['sipllmHost'] = (function () {
   // A synchronous request shows nothing until it ends, so no read timeout
   // can watch its bytes arrive: its limit is the whole transfer, the read
   // timeout plus the time the range takes at this slowest rate accepted.
-  var XHR_SLOWEST_BYTES_PER_MS = 8;  // 8 kB/s
+  // Slower, a stalled server would hold a 1 MiB request for minutes per
+  // attempt (at 8 kB/s, over two); faster, a slow link could not finish.
+  var XHR_SLOWEST_BYTES_PER_MS = 64;  // 64 kB/s
 
   function xhrRange(url, offset, length, dst, timeoutMs) {
     var xhr = new XMLHttpRequest();
@@ -224,7 +226,7 @@ Module['sipllmHost'] = (function () {
     } catch (error) {
       if (error && error.name === 'TimeoutError') {
         return { status: 0, bodyBytes: 0, error: 'no complete answer within ' + limitMs + ' ms (the read ' +
-                 'timeout plus the range at 8 kB/s: a synchronous request cannot watch its bytes arrive)' };
+                 'timeout plus the range at 64 kB/s: a synchronous request cannot watch its bytes arrive)' };
       }
       // Refused, reset, closed before the end of the body, or refused by
       // CORS: the browser does not say which.

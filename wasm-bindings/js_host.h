@@ -35,7 +35,7 @@ namespace sipllm::wasm {
 // that long aborts the request (reported as HttpFailure::kStalled, and
 // retried by the HTTP source like a dropped connection). The single-thread
 // build's synchronous XMLHttpRequest cannot see bytes arrive: it is given the
-// read timeout plus the range's time at 8 kB/s for the whole transfer.
+// read timeout plus the range's time at 64 kB/s for the whole transfer.
 std::shared_ptr<HttpTransport> make_js_transport();
 
 // The store registered in JavaScript under `store_id` (see host.js).

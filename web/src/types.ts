@@ -34,7 +34,7 @@ export interface LoadOptions {
   // No byte for this long fails the attempt (then retried); a slow transfer
   // that keeps moving is never cut. Default 30000. (The single-thread build
   // in a browser cannot watch bytes arrive: it gives a request this plus
-  // the range's time at 8 kB/s.)
+  // the range's time at 64 kB/s.)
   readTimeoutMs?: number;
   // A 429 or 503 with Retry-After waits as asked up to this; a longer wait
   // asked for fails at once, naming it. Default 30000.
