@@ -22,6 +22,7 @@ export interface Fault {
   expect: 'text' | 'error' | 'either';
   error?: RegExp[];
   dropsCache?: boolean;
+  clients?: Record<string, Partial<Fault>>;
   ci?: boolean;
   what: string;
 }
