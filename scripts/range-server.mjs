@@ -33,7 +33,9 @@
 // Common keys: p (chance a request is hit, default 1; for 5xx and 429, the
 // chance a range gets a burst at all), times (hits per file and Range at most,
 // default unlimited: 2 means the first two attempts of each range are hit and
-// the third gets through), seed (default 1).
+// the third gets through), seed (default 1); and for every fault, skip (the
+// first `skip` requests for the file pass untouched, default 0: skip=1 lets a
+// client open the file, then faults what it reads next).
 //   drop              the body stops at a random byte (drawn uniformly over
 //                     the body) and the connection is reset (TCP RST)
 //   short             Content-Length announced, the body stops at a random
@@ -121,13 +123,13 @@ export function parseFault(spec) {
   if (defaults === undefined || !Object.hasOwn(FAULTS, name)) {
     throw new Error(`unknown fault '${name}' (known: ${Object.keys(FAULTS).join(', ')})`);
   }
-  const fault = { name, spec, ...defaults };
+  const fault = { name, spec, skip: 0, ...defaults };
   if (colon >= 0 && colon < spec.length - 1) {
     for (const pair of spec.slice(colon + 1).split(',')) {
       const eq = pair.indexOf('=');
       const key = eq < 0 ? pair : pair.slice(0, eq);
-      if (!Object.hasOwn(defaults, key)) {
-        throw new Error(`fault '${name}' has no key '${key}' (keys: ${Object.keys(defaults).join(', ') || 'none'})`);
+      if (!Object.hasOwn(defaults, key) && key !== 'skip') {
+        throw new Error(`fault '${name}' has no key '${key}' (keys: ${[...Object.keys(defaults), 'skip'].join(', ')})`);
       }
       const value = Number(pair.slice(eq + 1));
       if (eq < 0 || !Number.isFinite(value) || value < 0 || (key === 'p' && value > 1)) {
@@ -390,7 +392,9 @@ export async function startRangeServer(opts) {
       return;
     }
     const { state, path } = located;
-    const fault = state?.fault ?? { name: null };
+    // Requests for this file before this one, in this fault's life.
+    const nth = state !== null ? state.serve(path) : 0;
+    const fault = state !== null && nth >= state.fault.skip ? state.fault : { name: null };
     const mode = fault.name;
     const onceKey = `${url.pathname}${url.search}`;
     const firstTime = state !== null && !state.once.has(onceKey);
@@ -480,7 +484,7 @@ export async function startRangeServer(opts) {
       if (!firstTime) etag = `"changed-${etag.slice(1)}`;
       state.once.add(onceKey);
     }
-    if (mode === 'replace' && state.serve(path) >= fault.after) {
+    if (mode === 'replace' && nth >= fault.after) {
       // The new version: other bytes, another ETag, an hour newer.
       etag = `"${etag.slice(1, -1)}-replaced"`;
       modified = new Date(info.mtimeMs + 3600_000);

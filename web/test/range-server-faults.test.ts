@@ -82,6 +82,13 @@ describe('range-server faults', () => {
     expect(statuses).toEqual([500, 502, 503, 206]);
   });
 
+  it('lets the first `skip` requests for a file through', async () => {
+    server.reset();
+    const statuses = [];
+    for (let n = 0; n < 3; ++n) statuses.push((await get(server.url, '/fault/404:skip=2/stories260K.gguf')).status);
+    expect(statuses).toEqual([206, 206, 404]);
+  });
+
   it('answers 429 with Retry-After, in seconds or as a date', async () => {
     const seconds = await fetch(`${server.url}/fault/429:after=7/stories260K.gguf`, { headers: { Range: 'bytes=0-9' } });
     expect(seconds.status).toBe(429);
