@@ -102,6 +102,7 @@ class JsTransport final : public HttpTransport {
  public:
   HttpRangeResponse get_range(const std::string& url, uint64_t offset, uint64_t length,
                               uint8_t* dst, double read_timeout_ms) override {
+    if (aborted_) return aborted_response();
 #if SIPLLM_WASM_THREADS
     if (!emscripten_is_main_runtime_thread()) {
       return get_range_on_main_thread(url, offset, length, dst, read_timeout_ms);
@@ -111,7 +112,16 @@ class JsTransport final : public HttpTransport {
         url.c_str(), static_cast<double>(offset), static_cast<double>(length), dst, read_timeout_ms)));
   }
 
+  void abort() override { aborted_ = true; }
+
  private:
+  static HttpRangeResponse aborted_response() {
+    HttpRangeResponse response;
+    response.error = "request abandoned";
+    response.failure = HttpFailure::kAborted;
+    return response;
+  }
+
 #if SIPLLM_WASM_THREADS
   // The request is made with fetch() on the main runtime thread, whose event
   // loop is free, and its body is copied there straight to `dst`; this thread
@@ -141,15 +151,18 @@ class JsTransport final : public HttpTransport {
         deadline = emscripten_get_now() + patience;
       }
       const double left = deadline - emscripten_get_now();
-      if (left <= 0 && state == RangeCall::kRunning &&
+      if ((left <= 0 || aborted_) && state == RangeCall::kRunning &&
           call->state.compare_exchange_strong(state, RangeCall::kAbandoned)) {
+        // The call now belongs to JavaScript, which frees it when fetch() ends.
+        if (aborted_) return aborted_response();
         HttpRangeResponse response;
         response.error = "request failed: the worker's main thread did not answer within " +
                          std::to_string(static_cast<long long>(patience)) + " ms";
-        return response;  // the call now belongs to JavaScript
+        return response;
       }
-      // A copy in progress (kWriting) ends within microseconds.
-      const double wait_ms = state == RangeCall::kWriting ? 1 : std::clamp(left, 1.0, 1000.0);
+      // A copy in progress (kWriting) ends within microseconds. Otherwise the
+      // wait is short enough to notice an abort soon.
+      const double wait_ms = state == RangeCall::kWriting ? 1 : std::clamp(left, 1.0, 100.0);
       emscripten_futex_wait(&call->state, static_cast<uint32_t>(state), wait_ms);
     }
     const std::string record =
@@ -158,6 +171,8 @@ class JsTransport final : public HttpTransport {
     return parse_range_record(record);
   }
 #endif
+
+  std::atomic<bool> aborted_{false};
 };
 
 class JsStore final : public CacheStore {

@@ -26,6 +26,7 @@ enum class HttpFailure {
   kNone,              // completed, or failed for another reason (refused, reset, closed early, ...)
   kStalled,           // no byte arrived for the read timeout: the transport gave up
   kTooManyRedirects,  // the redirect limit was reached (a redirect loop)
+  kAborted,           // abandoned by HttpTransport::abort (the model is being closed)
 };
 
 // What came back for one range request.
@@ -60,6 +61,11 @@ class HttpTransport {
   virtual ~HttpTransport() = default;
   virtual HttpRangeResponse get_range(const std::string& url, uint64_t offset, uint64_t length,
                                       uint8_t* dst, double read_timeout_ms) = 0;
+  // Makes every call in progress return soon, and every later one at once,
+  // with failure kAborted (never retried). For a transport whose calls wait
+  // on a thread that closing the model must not wait for (the WebAssembly
+  // build's fetch() on the main runtime thread); the others need not.
+  virtual void abort() {}
 };
 
 // Persistent bytes, by name: the cache tier. Names are plain file names

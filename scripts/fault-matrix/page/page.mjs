@@ -22,6 +22,19 @@ async function runCell({ url, cache, load, prompt, maxTokens }) {
   }
 }
 
+// A model kept open between calls, to close it while its ranges are in flight.
+let held = null;
+
+async function openModel({ url, cache, load }) {
+  held = await SipLLM.load(url, { ...load, cache });
+  return held.stats().build;
+}
+
+async function closeModel() {
+  await held?.unload();
+  held = null;
+}
+
 const HEADER_BYTES = 4096;  // web/src/stores.ts: each OPFS file starts with the name it stands for
 const MAGIC = 'sipllm-cache-file 1\n';
 
@@ -57,5 +70,5 @@ async function dropCache(name) {
   await root.removeEntry(name, { recursive: true }).catch(() => {});
 }
 
-Object.assign(globalThis, { runCell, readCache, dropCache });
+Object.assign(globalThis, { runCell, readCache, dropCache, openModel, closeModel });
 document.getElementById('state').textContent = 'ready';

@@ -143,6 +143,9 @@ RangeCheck check_range_response(const HttpRangeResponse& response, uint64_t offs
   seen.last_modified = response.last_modified;
   const std::string status = "HTTP " + std::to_string(response.status);
 
+  if (response.failure == HttpFailure::kAborted) {
+    return verdict(RangeVerdict::kFail, "the request was abandoned: the model is being closed", seen);
+  }
   if (response.failure == HttpFailure::kTooManyRedirects) {
     // Following a loop again only loops again.
     return verdict(RangeVerdict::kFail,

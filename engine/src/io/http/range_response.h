@@ -24,7 +24,8 @@ struct RemoteFile {
 enum class RangeVerdict {
   kOk,            // the body holds the asked bytes (or all of a shorter file)
   kRetry,         // transient: network error, stall, short body, 5xx, 429
-  kFail,          // permanent: other 4xx, a redirect loop, a malformed or mismatching Content-Range
+  kFail,          // permanent: other 4xx, a redirect loop, an aborted request, a malformed or
+                  // mismatching Content-Range
   kChanged,       // the file is another version than the one known
   kRangeIgnored,  // 200 with the whole file: the server ignored Range
 };
