@@ -101,8 +101,9 @@ OpenOptions open_options(const val& o) {
   h.backoff_ms = number(o, "backoffMs", h.backoff_ms);
   h.page_bytes = byte_count(o, "cachePageBytes", h.page_bytes);
   h.allow_whole_file = boolean(o, "allowWholeFile", h.allow_whole_file);
+  h.read_timeout_ms = number(o, "readTimeoutMs", h.read_timeout_ms);
+  h.max_retry_after_ms = number(o, "maxRetryAfterMs", h.max_retry_after_ms);
   options.cache_store_id = integer(o, "cacheStoreId", 0);
-  options.request_timeout_ms = number(o, "requestTimeoutMs", options.request_timeout_ms);
   return options;
 }
 

@@ -40,51 +40,88 @@ Module['sipllmHost'] = (function () {
     return text;
   }
 
+  // The answer as js_host.cpp parses it: one line per field, the error last.
   function record(r) {
     return toC(r.status + '\n' + r.bodyBytes + '\n' + oneLine(r.contentRange) + '\n' +
-               oneLine(r.etag) + '\n' + oneLine(r.lastModified) + '\n' + (r.error || ''));
+               oneLine(r.etag) + '\n' + oneLine(r.lastModified) + '\n' + oneLine(r.retryAfter) + '\n' +
+               (r.failure || '') + '\n' + (r.error || ''));
   }
 
   // ---- One range GET with fetch(), its body streamed into a sink ------------------
   //
   // sink(chunk, at) receives the pieces of a 200 or 206 body that fall within
   // `length`, in order (`at` is where the piece starts in the body), and
-  // returns false to stop the transfer. Resolves with what the C++ side
-  // reads (see record()). Self-contained (no names from around it), so that
-  // Node's fetcher thread can run the same function from its source.
-  async function fetchRange(url, offset, length, timeoutMs, sink) {
+  // returns false to stop the transfer. onBytes(), when given, is called
+  // whenever bytes arrive. Resolves with what the C++ side reads (see
+  // record()): `failure` is 'stalled' when nothing arrived for timeoutMs (the
+  // read timeout: a transfer that keeps moving is never cut, however slow),
+  // 'redirects' when the redirect limit was hit. Self-contained (no names
+  // from around it), so that Node's fetcher thread can run the same function
+  // from its source.
+  async function fetchRange(url, offset, length, timeoutMs, sink, onBytes) {
     function describe(e) {
       if (!e) return 'unknown error';
       var text = e.message || String(e);
       if (e.cause) text += ' (' + (e.cause.code || e.cause.message || String(e.cause)) + ')';
       return text;
     }
+    var inNode = typeof process === 'object' && process !== null && typeof process.versions === 'object';
+    var range = 'bytes=' + offset + '-' + (offset + length - 1);
     var controller = new AbortController();
-    var timedOut = false;
-    var timer = setTimeout(function () {
-      timedOut = true;
-      controller.abort(new Error('no complete answer within ' + timeoutMs + ' ms'));
-    }, timeoutMs);
-    var out = { status: 0, bodyBytes: 0, contentRange: '', etag: '', lastModified: '', error: '' };
+    var stalled = false;
+    var timer = null;
+    // (Re)starts the read timeout: called whenever something arrives.
+    function arm() {
+      if (timer !== null) clearTimeout(timer);
+      timer = setTimeout(function () {
+        stalled = true;
+        controller.abort(new Error('no bytes for ' + timeoutMs + ' ms'));
+      }, timeoutMs);
+    }
+    var out = { status: 0, bodyBytes: 0, contentRange: '', etag: '', lastModified: '', retryAfter: '',
+                failure: '', error: '' };
+    arm();
     try {
       var response;
       try {
-        response = await fetch(url, {
-          headers: { Range: 'bytes=' + offset + '-' + (offset + length - 1) },
-          redirect: 'follow',
-          signal: controller.signal,
-        });
+        response = await fetch(url, { headers: { Range: range }, redirect: 'follow', signal: controller.signal });
       } catch (e) {
-        // A browser does not say whether the connection failed or CORS refused it.
-        var inNode = typeof process === 'object' && process !== null && typeof process.versions === 'object';
-        out.error = 'request failed: ' + (timedOut ? 'no answer within ' + timeoutMs + ' ms' : describe(e)) +
-                    (inNode ? '' : ' (a network error, or a CORS refusal)');
+        if (stalled) {
+          out.failure = 'stalled';
+          out.error = 'no answer for ' + timeoutMs + ' ms';
+          return out;
+        }
+        var cause = e && e.cause ? String(e.cause.message || e.cause.code || e.cause) : '';
+        if (/redirect count exceeded|too many redirects/i.test(cause)) {
+          out.failure = 'redirects';
+          out.error = 'request failed: ' + describe(e);
+          return out;
+        }
+        if (inNode) {
+          out.error = 'request failed: ' + describe(e);
+          return out;
+        }
+        // A browser does not say why a request failed: a refused connection,
+        // a CORS refusal and a redirect loop look alike. Asked once more
+        // without following redirects, the server tells whether one was involved.
+        out.error = 'request failed: ' + describe(e) + ' (a network error, or a CORS refusal)';
+        var probe = new AbortController();
+        var probeTimer = setTimeout(function () { probe.abort(); }, timeoutMs);
+        var hop = await fetch(url, { headers: { Range: range }, redirect: 'manual', signal: probe.signal })
+          .catch(function () { return null; });
+        clearTimeout(probeTimer);
+        if (hop !== null && hop.type === 'opaqueredirect') {
+          out.error = 'request failed after a redirect: ' + describe(e) + ' (too many redirects, as in a ' +
+                      'redirect loop, or a redirect target that cannot be reached or refused CORS)';
+        }
         return out;
       }
+      arm();
       out.status = response.status;
       out.contentRange = response.headers.get('content-range') || '';
       out.etag = response.headers.get('etag') || '';
       out.lastModified = response.headers.get('last-modified') || '';
+      out.retryAfter = response.headers.get('retry-after') || '';
       var declared = response.headers.get('content-length');
       if ((response.status !== 200 && response.status !== 206) || !response.body) {
         if (response.body) await response.body.cancel().catch(function () {});
@@ -96,6 +133,8 @@ Module['sipllmHost'] = (function () {
         for (;;) {
           var step = await reader.read();
           if (step.done) break;
+          arm();
+          if (onBytes) onBytes();
           var chunk = step.value;
           var n = Math.min(chunk.length, length - received);
           if (n > 0 && !sink(chunk.subarray(0, n), received)) {
@@ -115,8 +154,8 @@ Module['sipllmHost'] = (function () {
         out.bodyBytes = received;
       } catch (e) {
         out.bodyBytes = received;
-        out.error = (timedOut ? 'no complete answer within ' + timeoutMs + ' ms, the transfer stopped'
-                              : 'the connection closed') +
+        if (stalled) out.failure = 'stalled';
+        out.error = (stalled ? 'no bytes for ' + timeoutMs + ' ms, the transfer stopped' : 'the connection closed') +
                     ' after ' + received + ' of ' + (declared !== null ? declared : 'an unknown number of') +
                     ' body bytes: ' + describe(e);
       }
@@ -129,18 +168,21 @@ Module['sipllmHost'] = (function () {
   // ---- Threaded build: requests made on the main runtime thread --------------------
   //
   // The calling thread (js_host.cpp) allocates a call record: an int32 state,
-  // a uint32 for the answer, then the URL as a C string. It asks this thread to
-  // start the request and waits on the state with Atomics.wait; the body is
-  // copied chunk by chunk straight to its destination in the heap. The state
-  // word hands the destination over safely: a chunk is copied only while the
-  // state is RUNNING (WRITING marks a copy in progress); a caller that gave up
-  // (ABANDONED) owns nothing any more, and the record is freed here.
+  // a uint32 for the answer, an int32 counting arrivals, then the URL as a C
+  // string. It asks this thread to start the request and waits on the state
+  // with Atomics.wait; the body is copied chunk by chunk straight to its
+  // destination in the heap. The state word hands the destination over
+  // safely: a chunk is copied only while the state is RUNNING (WRITING marks
+  // a copy in progress); a caller that gave up (ABANDONED) owns nothing any
+  // more, and the record is freed here. The arrival count tells the caller
+  // that a slow transfer is still moving.
   var CALL_RUNNING = 0, CALL_DONE = 1, CALL_WRITING = 3;  // and 2: abandoned by the caller
 
   function startRange(call, offset, length, dst, timeoutMs) {
     var state = call >>> 2;
     var words = function () { return new Int32Array(wasmMemory.buffer); };
-    var url = UTF8ToString(call + 8);
+    var url = UTF8ToString(call + 12);
+    var arrived = function () { Atomics.add(words(), (call + 8) >>> 2, 1); };
     var sink = function (chunk, at) {
       var w = words();
       if (Atomics.compareExchange(w, state, CALL_RUNNING, CALL_WRITING) !== CALL_RUNNING) return false;
@@ -148,7 +190,7 @@ Module['sipllmHost'] = (function () {
       Atomics.store(w, state, CALL_RUNNING);
       return true;
     };
-    fetchRange(url, offset, length, timeoutMs, sink).catch(function (error) {
+    fetchRange(url, offset, length, timeoutMs, sink, arrived).catch(function (error) {
       return { status: 0, bodyBytes: 0, error: 'request failed: ' + describeError(error) };
     }).then(function (r) {
       var answer = record(r);
@@ -165,19 +207,31 @@ Module['sipllmHost'] = (function () {
 
   // ---- Browser, single thread: a synchronous XMLHttpRequest (allowed in workers) -----
 
+  // A synchronous request shows nothing until it ends, so no read timeout
+  // can watch its bytes arrive: its limit is the whole transfer, the read
+  // timeout plus the time the range takes at this slowest rate accepted.
+  // Slower, a stalled server would hold a 1 MiB request for minutes per
+  // attempt (at 8 kB/s, over two); faster, a slow link could not finish.
+  var XHR_SLOWEST_BYTES_PER_MS = 64;  // 64 kB/s
+
   function xhrRange(url, offset, length, dst, timeoutMs) {
     var xhr = new XMLHttpRequest();
+    var limitMs = Math.round(timeoutMs + length / XHR_SLOWEST_BYTES_PER_MS);
     try {
       xhr.open('GET', url, false);
       xhr.setRequestHeader('Range', 'bytes=' + offset + '-' + (offset + length - 1));
       xhr.responseType = 'arraybuffer';
-      xhr.timeout = timeoutMs;
+      xhr.timeout = limitMs;
       xhr.send();
     } catch (error) {
-      // Refused, reset, closed before the end of the body, timed out, or
-      // refused by CORS: the browser does not say which.
+      if (error && error.name === 'TimeoutError') {
+        return { status: 0, bodyBytes: 0, error: 'no complete answer within ' + limitMs + ' ms (the read ' +
+                 'timeout plus the range at 64 kB/s: a synchronous request cannot watch its bytes arrive)' };
+      }
+      // Refused, reset, closed before the end of the body, or refused by
+      // CORS: the browser does not say which.
       return { status: 0, bodyBytes: 0, error: 'request failed: ' + describeError(error) +
-               ' (a network error, a connection closed early, a timeout, or a CORS refusal)' };
+               ' (a network error, a connection closed early, a redirect loop, or a CORS refusal)' };
     }
     var body = xhr.response ? new Uint8Array(xhr.response) : new Uint8Array(0);
     if (xhr.status === 200 || xhr.status === 206) {
@@ -189,6 +243,7 @@ Module['sipllmHost'] = (function () {
       contentRange: xhr.getResponseHeader('Content-Range'),
       etag: xhr.getResponseHeader('ETag'),
       lastModified: xhr.getResponseHeader('Last-Modified'),
+      retryAfter: xhr.getResponseHeader('Retry-After'),
     };
   }
 
@@ -202,7 +257,8 @@ Module['sipllmHost'] = (function () {
     "  const body = new Uint8Array(length);",
     "  let answer;",
     "  try {",
-    "    answer = await fetchRange(url, offset, length, timeoutMs, (chunk, at) => { body.set(chunk, at); return true; });",
+    "    answer = await fetchRange(url, offset, length, timeoutMs, (chunk, at) => { body.set(chunk, at); return true; },",
+    "                              () => Atomics.add(signal, 1, 1));",
     "    if (answer.status === 200 || answer.status === 206) answer.body = body.buffer;",
     "  } catch (e) {",
     "    answer = { status: 0, bodyBytes: 0, error: 'request failed: ' + ((e && e.message) || String(e)) };",
@@ -217,7 +273,9 @@ Module['sipllmHost'] = (function () {
 
   function startFetcher() {
     var threads = require('worker_threads');
-    var signal = new Int32Array(new SharedArrayBuffer(4));
+    // [0]: an answer is waiting; [1]: counts arrivals, so the caller knows a
+    // slow transfer is still moving.
+    var signal = new Int32Array(new SharedArrayBuffer(8));
     var channel = new threads.MessageChannel();
     var worker = new threads.Worker(FETCHER_SOURCE, {
       eval: true, workerData: { signal: signal, port: channel.port2 }, transferList: [channel.port2],
@@ -232,12 +290,19 @@ Module['sipllmHost'] = (function () {
     var h = fetcher;
     Atomics.store(h.signal, 0, 0);
     h.port.postMessage({ url: url, offset: offset, length: length, timeoutMs: timeoutMs });
+    // The fetcher applies the read timeout itself; this only catches a
+    // fetcher thread that stopped answering, with a grace period.
     var deadline = Date.now() + timeoutMs + 10000;
+    var arrivals = Atomics.load(h.signal, 1);
     var message;
     for (;;) {
       Atomics.wait(h.signal, 0, 0, 1000);
       message = h.receive(h.port);
       if (message !== undefined) break;
+      if (Atomics.load(h.signal, 1) !== arrivals) {
+        arrivals = Atomics.load(h.signal, 1);
+        deadline = Date.now() + timeoutMs + 10000;
+      }
       if (Date.now() > deadline) {
         fetcher = null;  // a fetcher that stopped answering is not used again
         return { status: 0, bodyBytes: 0, error: 'request failed: the fetcher thread did not answer' };

@@ -43,37 +43,44 @@ std::vector<std::string> split_record(const std::string& text, size_t fields) {
 }
 
 HttpRangeResponse parse_range_record(const std::string& text) {
-  const std::vector<std::string> f = split_record(text, 6);
+  const std::vector<std::string> f = split_record(text, 8);
   HttpRangeResponse response;
   response.status = std::atoi(f[0].c_str());
   response.body_bytes = std::strtoull(f[1].c_str(), nullptr, 10);
   response.content_range = f[2];
   response.etag = f[3];
   response.last_modified = f[4];
-  response.error = f[5];
+  response.retry_after = f[5];
+  response.failure = f[6] == "stalled"     ? HttpFailure::kStalled
+                     : f[6] == "redirects" ? HttpFailure::kTooManyRedirects
+                                           : HttpFailure::kNone;
+  response.error = f[7];
   return response;
 }
 
 #if SIPLLM_WASM_THREADS
 
 // A request handed to the main runtime thread (host.js, startRange): the
-// state word both sides hand the destination over with, the answer, then the
-// URL. Allocated with malloc: a caller that gives up leaves it to JavaScript
-// to free.
+// state word both sides hand the destination over with, the answer, a count
+// of arrivals, then the URL. Allocated with malloc: a caller that gives up
+// leaves it to JavaScript to free.
 struct RangeCall {
   enum State : int32_t { kRunning = 0, kDone = 1, kAbandoned = 2, kWriting = 3 };
   std::atomic<int32_t> state;
-  uint32_t record;  // a C string from _malloc, written before state becomes kDone
-  char url[1];      // the URL, NUL-terminated, running past the struct
+  uint32_t record;                // a C string from _malloc, written before state becomes kDone
+  std::atomic<int32_t> arrivals;  // bumped by JavaScript whenever bytes arrive
+  char url[1];                    // the URL, NUL-terminated, running past the struct
 };
 static_assert(sizeof(std::atomic<int32_t>) == 4 && std::atomic<int32_t>::is_always_lock_free,
               "host.js reads the state with Atomics on an Int32Array");
-static_assert(offsetof(RangeCall, record) == 4 && offsetof(RangeCall, url) == 8,
+static_assert(offsetof(RangeCall, record) == 4 && offsetof(RangeCall, arrivals) == 8 &&
+                  offsetof(RangeCall, url) == 12,
               "host.js reads these offsets");
 
-// How long past its own timeout a request may take to be answered before the
-// caller stops waiting: the main runtime thread is never busy for long, so
-// only a broken page gets here.
+// How long past the read timeout (since the last arrival) a request may go
+// unanswered before the caller stops waiting: JavaScript applies the read
+// timeout itself and the main runtime thread is never busy for long, so only
+// a broken page gets here.
 constexpr double kAnswerGraceMs = 30000;
 
 #endif
@@ -93,48 +100,69 @@ namespace {
 
 class JsTransport final : public HttpTransport {
  public:
-  explicit JsTransport(double timeout_ms) : timeout_ms_(timeout_ms) {}
-
   HttpRangeResponse get_range(const std::string& url, uint64_t offset, uint64_t length,
-                              uint8_t* dst) override {
+                              uint8_t* dst, double read_timeout_ms) override {
+    if (aborted_) return aborted_response();
 #if SIPLLM_WASM_THREADS
-    if (!emscripten_is_main_runtime_thread()) return get_range_on_main_thread(url, offset, length, dst);
+    if (!emscripten_is_main_runtime_thread()) {
+      return get_range_on_main_thread(url, offset, length, dst, read_timeout_ms);
+    }
 #endif
     return parse_range_record(adopt_js_string(sipllm_js_get_range(
-        url.c_str(), static_cast<double>(offset), static_cast<double>(length), dst, timeout_ms_)));
+        url.c_str(), static_cast<double>(offset), static_cast<double>(length), dst, read_timeout_ms)));
   }
 
+  void abort() override { aborted_ = true; }
+
  private:
+  static HttpRangeResponse aborted_response() {
+    HttpRangeResponse response;
+    response.error = "request abandoned";
+    response.failure = HttpFailure::kAborted;
+    return response;
+  }
+
 #if SIPLLM_WASM_THREADS
   // The request is made with fetch() on the main runtime thread, whose event
   // loop is free, and its body is copied there straight to `dst`; this thread
   // sleeps on the call's state word meanwhile. No JavaScript garbage piles up
   // on this thread, which stays busy in WebAssembly and is rarely collected.
   HttpRangeResponse get_range_on_main_thread(const std::string& url, uint64_t offset, uint64_t length,
-                                             uint8_t* dst) {
+                                             uint8_t* dst, double read_timeout_ms) {
     auto* call = static_cast<RangeCall*>(std::malloc(offsetof(RangeCall, url) + url.size() + 1));
     if (call == nullptr) throw std::bad_alloc();
     new (&call->state) std::atomic<int32_t>(RangeCall::kRunning);
     call->record = 0;
+    new (&call->arrivals) std::atomic<int32_t>(0);
     std::memcpy(call->url, url.c_str(), url.size() + 1);
     MAIN_THREAD_ASYNC_EM_ASM({
       Module.sipllmHost.startRange($0 >>> 0, $1, $2, $3 >>> 0, $4);
-    }, call, static_cast<double>(offset), static_cast<double>(length), dst, timeout_ms_);
+    }, call, static_cast<double>(offset), static_cast<double>(length), dst, read_timeout_ms);
 
-    const double deadline = emscripten_get_now() + timeout_ms_ + kAnswerGraceMs;
+    // Moves on with every arrival: a slow transfer is never cut here.
+    const double patience = read_timeout_ms + kAnswerGraceMs;
+    double deadline = emscripten_get_now() + patience;
+    int32_t arrivals = 0;
     for (;;) {
       int32_t state = call->state.load();
       if (state == RangeCall::kDone) break;
+      if (call->arrivals.load() != arrivals) {
+        arrivals = call->arrivals.load();
+        deadline = emscripten_get_now() + patience;
+      }
       const double left = deadline - emscripten_get_now();
-      if (left <= 0 && state == RangeCall::kRunning &&
+      if ((left <= 0 || aborted_) && state == RangeCall::kRunning &&
           call->state.compare_exchange_strong(state, RangeCall::kAbandoned)) {
+        // The call now belongs to JavaScript, which frees it when fetch() ends.
+        if (aborted_) return aborted_response();
         HttpRangeResponse response;
         response.error = "request failed: the worker's main thread did not answer within " +
-                         std::to_string(static_cast<long long>(timeout_ms_ + kAnswerGraceMs)) + " ms";
-        return response;  // the call now belongs to JavaScript
+                         std::to_string(static_cast<long long>(patience)) + " ms";
+        return response;
       }
-      // A copy in progress (kWriting) ends within microseconds.
-      const double wait_ms = state == RangeCall::kWriting ? 1 : std::clamp(left, 1.0, 1000.0);
+      // A copy in progress (kWriting) ends within microseconds. Otherwise the
+      // wait is short enough to notice an abort soon.
+      const double wait_ms = state == RangeCall::kWriting ? 1 : std::clamp(left, 1.0, 100.0);
       emscripten_futex_wait(&call->state, static_cast<uint32_t>(state), wait_ms);
     }
     const std::string record =
@@ -144,7 +172,7 @@ class JsTransport final : public HttpTransport {
   }
 #endif
 
-  const double timeout_ms_;
+  std::atomic<bool> aborted_{false};
 };
 
 class JsStore final : public CacheStore {
@@ -233,9 +261,7 @@ class JsBytesSource final : public WeightSource {
 
 }  // namespace
 
-std::shared_ptr<HttpTransport> make_js_transport(double timeout_ms) {
-  return std::make_shared<JsTransport>(timeout_ms);
-}
+std::shared_ptr<HttpTransport> make_js_transport() { return std::make_shared<JsTransport>(); }
 
 std::shared_ptr<CacheStore> make_js_store(int store_id) { return std::make_shared<JsStore>(store_id); }
 

@@ -31,9 +31,12 @@
 
 namespace sipllm::wasm {
 
-// Requests that get no complete answer within timeout_ms fail (and are retried
-// by the HTTP source like any other network error).
-std::shared_ptr<HttpTransport> make_js_transport(double timeout_ms);
+// The read timeout each call is given is applied in JavaScript: no byte for
+// that long aborts the request (reported as HttpFailure::kStalled, and
+// retried by the HTTP source like a dropped connection). The single-thread
+// build's synchronous XMLHttpRequest cannot see bytes arrive: it is given the
+// read timeout plus the range's time at 64 kB/s for the whole transfer.
+std::shared_ptr<HttpTransport> make_js_transport();
 
 // The store registered in JavaScript under `store_id` (see host.js).
 std::shared_ptr<CacheStore> make_js_store(int store_id);

@@ -1,9 +1,12 @@
 #include "session.h"
 
 #include <algorithm>
+#include <climits>
 #include <iterator>
 #include <new>
 #include <utility>
+
+#include <emscripten/threading.h>
 
 #include "js_host.h"
 #include "sipllm/error.h"
@@ -133,7 +136,11 @@ void JobThread::loop() {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       changed_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
-      if (stopping_) return;
+      if (stopping_) {
+        exited_ = 1;
+        emscripten_futex_wake(&exited_, INT_MAX);
+        return;
+      }
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
@@ -148,13 +155,25 @@ void JobThread::stop() {
     jobs_.clear();
   }
   changed_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (!thread_.joinable()) return;
+  // The running job may need the main runtime thread to answer its calls
+  // (a cache store's): waiting there, answer them until the loop returns.
+  if (emscripten_is_main_runtime_thread()) {
+    while (exited_ == 0) emscripten_futex_wait(&exited_, 0, 10);
+  }
+  thread_.join();
+}
+
+bool JobThread::running() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return thread_.joinable() && !stopping_;
 }
 
 #else
 
 void JobThread::post(std::function<void()> job) { job(); }
 void JobThread::stop() {}
+bool JobThread::running() const { return false; }
 
 #endif
 
@@ -209,7 +228,9 @@ void Session::open_source(std::unique_ptr<WeightSource> source, const EngineOpti
 
 void Session::open_url(const std::string& url, const OpenOptions& options) {
   if (engine_ != nullptr) throw Error(ErrorKind::kInvalidArgument, "this session already has a model");
-  start_job([this, url, options](JobResult&) {
+  const std::shared_ptr<HttpTransport> transport = make_js_transport();
+  transport_ = transport;
+  start_job([this, url, options, transport](JobResult&) {
     HttpSourceOptions http = options.http;
 #if !SIPLLM_WASM_THREADS
     http.parallel_requests = 1;
@@ -218,8 +239,7 @@ void Session::open_url(const std::string& url, const OpenOptions& options) {
     http.on_progress = [this](uint64_t fetched, uint64_t from_cache, uint64_t) {
       progress_.counts(fetched, from_cache);
     };
-    std::unique_ptr<HttpSource> source =
-        open_http_source(url, make_js_transport(options.request_timeout_ms), http);
+    std::unique_ptr<HttpSource> source = open_http_source(url, transport, http);
     HttpSource* raw = source.get();
     open_source(std::move(source), options.engine);
     http_source_ = raw;
@@ -335,10 +355,34 @@ std::optional<HttpSourceStats> Session::source_stats() const {
 
 void Session::close() {
   cancel();
+  // Freeing the model joins the loader's and the source's threads, which may
+  // be waiting on this thread when it is the main runtime thread: for a
+  // fetch() it makes (which needs its event loop, so they are abandoned
+  // first), or for a cache store call (which it answers while it waits).
+  // Blocked in a plain join instead, it would wait for them forever.
+  if (transport_ != nullptr) transport_->abort();
+  std::unique_ptr<Engine> engine;
+  {
+    std::lock_guard<std::mutex> lock(engine_mutex_);
+    http_source_ = nullptr;
+    engine = std::move(engine_);
+  }
+#if SIPLLM_WASM_THREADS
+  if (engine != nullptr && emscripten_is_main_runtime_thread() && jobs_.running()) {
+    // Freed on the job thread, after the running job (which the abort and
+    // the cancel end soon); this thread answers proxied calls meanwhile
+    // (emscripten_futex_wait does, before it sleeps).
+    std::atomic<int32_t> freed{0};
+    jobs_.post([&engine, &freed] {
+      engine.reset();
+      freed = 1;
+      emscripten_futex_wake(&freed, INT_MAX);
+    });
+    while (freed == 0) emscripten_futex_wait(&freed, 0, 10);
+  }
+#endif
   jobs_.stop();
-  std::lock_guard<std::mutex> lock(engine_mutex_);
-  http_source_ = nullptr;
-  engine_.reset();
+  engine.reset();
 }
 
 }  // namespace sipllm::wasm

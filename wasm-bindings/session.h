@@ -34,7 +34,6 @@ struct OpenOptions {
   EngineOptions engine;
   HttpSourceOptions http;       // cache and on_progress are set by the session
   int cache_store_id = 0;       // a store registered in JavaScript; 0: no cache
-  double request_timeout_ms = 60000;
 };
 
 // How a job ended.
@@ -81,14 +80,16 @@ class JobThread {
 
   void post(std::function<void()> job);
   void stop();  // finishes the running job, drops queued ones, joins
+  bool running() const;  // the thread is there to run what is posted
 
  private:
 #if SIPLLM_WASM_THREADS
   void loop();
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<std::function<void()>> jobs_;
   bool stopping_ = false;
+  std::atomic<int32_t> exited_{0};  // the loop has returned
   std::thread thread_;
 #endif
 };
@@ -129,7 +130,9 @@ class Session {
   std::optional<HttpSourceStats> source_stats() const;
   std::optional<GenerationStats> last_generation() const { return last_generation_; }
 
-  void close();  // cancels, waits for the running job, frees the model
+  // Cancels, waits for the running job, frees the model. Safe on the main
+  // runtime thread: it answers the other threads' calls while it waits.
+  void close();
 
  private:
   void start_job(std::function<void(JobResult&)> work);
@@ -144,6 +147,9 @@ class Session {
   mutable std::mutex engine_mutex_;  // guards the engine_ pointer against cancel()
   std::unique_ptr<Engine> engine_;
   HttpSource* http_source_ = nullptr;  // inside engine_'s source, when opened from a URL
+  // The transport of a URL's source, set on the main runtime thread when the
+  // open starts: close() aborts its requests, also those of a running open.
+  std::shared_ptr<HttpTransport> transport_;
   std::optional<GenerationStats> last_generation_;
 
   std::atomic<bool> busy_{false};

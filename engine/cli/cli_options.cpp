@@ -70,6 +70,11 @@ const char* const kUsage =
     "  --parallel-requests N  range requests in flight for one read (default 4)\n"
     "  --allow-whole-file  accept a server that ignores Range: download the whole file\n"
     "                      into memory (otherwise that is an error)\n"
+    "  --max-retries N     attempts after the first, per request (default 4)\n"
+    "  --backoff-ms MS     first retry delay, doubling (default 100)\n"
+    "  --max-retry-after-ms MS  longest Retry-After waited for (default 30000)\n"
+    "  --read-timeout-ms MS  no byte for this long fails the attempt (default 30000)\n"
+    "  --cache-page-bytes B  page size of new cache entries (default 1M)\n"
     "\n"
     "bench:\n"
     "  --prompt-tokens P   (default 128)      --gen-tokens G  (default 32)\n"
@@ -288,6 +293,16 @@ ParsedArgs parse_args(const std::string& command, const std::vector<std::string>
       p.common.http.parallel_requests = static_cast<int>(parse_int(flag, r.value(flag), 1, 64));
     } else if (flag == "--allow-whole-file") {
       p.common.http.allow_whole_file = true;
+    } else if (flag == "--max-retries") {
+      p.common.http.max_retries = static_cast<int>(parse_int(flag, r.value(flag), 0, 100));
+    } else if (flag == "--backoff-ms") {
+      p.common.http.backoff_ms = parse_double(flag, r.value(flag), 0, 3.6e6);
+    } else if (flag == "--max-retry-after-ms") {
+      p.common.http.max_retry_after_ms = parse_double(flag, r.value(flag), 0, 3.6e6);
+    } else if (flag == "--read-timeout-ms") {
+      p.common.http.read_timeout_ms = parse_double(flag, r.value(flag), 1, 3.6e6);
+    } else if (flag == "--cache-page-bytes") {
+      p.common.http.page_bytes = parse_bytes(flag, r.value(flag));
     } else if (flag == "--prompt-tokens") {
       p.bench.prompt_tokens = static_cast<int>(parse_int(flag, r.value(flag), 1, 1 << 20));
     } else if (flag == "--gen-tokens") {
@@ -336,6 +351,11 @@ std::unique_ptr<WeightSource> open_http_model(const CommonOptions& options) {
   HttpSourceOptions http;
   http.parallel_requests = options.http.parallel_requests;
   http.allow_whole_file = options.http.allow_whole_file;
+  http.max_retries = options.http.max_retries;
+  http.backoff_ms = options.http.backoff_ms;
+  http.max_retry_after_ms = options.http.max_retry_after_ms;
+  http.read_timeout_ms = options.http.read_timeout_ms;
+  http.page_bytes = options.http.page_bytes;
   if (!options.http.no_cache) {
     const std::string dir =
         options.http.cache_dir.empty() ? default_cache_dir() : options.http.cache_dir;

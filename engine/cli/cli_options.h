@@ -1,6 +1,7 @@
 // Command-line options shared by the sipllm subcommands.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -27,6 +28,12 @@ struct HttpOptions {
   bool no_cache = false;
   int parallel_requests = 4;
   bool allow_whole_file = false;
+  // As HttpSourceOptions (sipllm/http_source.h) has them.
+  int max_retries = 4;
+  double backoff_ms = 100;
+  double max_retry_after_ms = 30'000;
+  double read_timeout_ms = 30'000;
+  uint64_t page_bytes = 1u << 20;
 };
 
 struct CommonOptions {

@@ -32,7 +32,7 @@ const DEFAULT_PARALLEL_REQUESTS = 4;
 const DEFAULT_WARM_UP_MS = 500;
 const ENGINE_OPTION_KEYS = [
   'memoryBudget', 'contextLength', 'kvCacheType', 'ringBuffers', 'loadThreads', 'prefillChunk', 'parallelRequests', 'maxRetries',
-  'backoffMs', 'requestTimeoutMs', 'allowWholeFile', 'cachePageBytes',
+  'backoffMs', 'readTimeoutMs', 'maxRetryAfterMs', 'allowWholeFile', 'cachePageBytes',
 ] as const;
 
 type Source = { url: string } | { bytes: Uint8Array; name: string };
@@ -182,7 +182,8 @@ export class SipLLM {
 
   static async load(source: string | URL | ArrayBuffer | ArrayBufferView, options: LoadOptions = {}): Promise<SipLLM> {
     if (options.signal?.aborted) throw abortError(options.signal, 'loading');
-    for (const key of ['threads', 'memoryBudget', 'loadThreads', 'parallelRequests', 'requestTimeoutMs', 'warmUpMs']) {
+    for (const key of ['threads', 'memoryBudget', 'loadThreads', 'parallelRequests', 'readTimeoutMs', 'maxRetryAfterMs',
+                       'warmUpMs']) {
       checkNumber(options as Record<string, unknown>, key);
     }
     const build = chooseBuild(options.build);

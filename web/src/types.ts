@@ -30,9 +30,16 @@ export interface LoadOptions {
   loadThreads?: number;        // units loaded side by side; default 2 (the sync loader of the single build: none)
   prefillChunk?: number;       // prompt positions per block load; default 512
   parallelRequests?: number;   // range requests in flight for one read; default 4 (1 in the single build)
-  maxRetries?: number;         // per request, on network errors, short bodies and 5xx; default 4
+  maxRetries?: number;         // per request, on network errors, stalls, short bodies, 5xx and 429; default 4
   backoffMs?: number;          // first retry delay, doubling; default 100
-  requestTimeoutMs?: number;   // per request; default 60000
+  // No byte for this long fails the attempt (then retried); a slow transfer
+  // that keeps moving is never cut. Default 30000. (The single-thread build
+  // in a browser cannot watch bytes arrive: it gives a request this plus
+  // the range's time at 64 kB/s.)
+  readTimeoutMs?: number;
+  // A 429 or 503 with Retry-After waits as asked up to this; a longer wait
+  // asked for fails at once, naming it. Default 30000.
+  maxRetryAfterMs?: number;
   allowWholeFile?: boolean;    // accept a server that ignores Range by downloading the whole file; default false
   cachePageBytes?: number;     // cache page size for new entries; default 1 MiB
   // Milliseconds the engine spends, right after opening, running its kernels

@@ -381,8 +381,10 @@ class EngineWorker {
     const live: LiveUnit[] = session.liveUnits();
     if (live.length === 0) return;
     if (this.arrived.length !== live.length) this.arrived = live.map(() => false);
+    // Arrivals are shown in stream order: with two units in flight the
+    // second may land first, and counts once the one before it has.
     live.forEach((unit, i) => {
-      if (unit.loads > 0 || unit.used) this.arrived[i] = true;
+      if ((unit.loads > 0 || unit.used) && (i === 0 || this.arrived[i - 1])) this.arrived[i] = true;
     });
     const moving = this.job !== null && performance.now() - this.bytesMovedAt < BYTES_MOVING_MS;
     const next = moving ? this.arrived.indexOf(false) : -1;

@@ -20,13 +20,24 @@
 
 namespace sipllm {
 
+// What kind of failure a transfer's `error` is, where the transport can tell
+// more than its message says: the source retries a stall, not a redirect loop.
+enum class HttpFailure {
+  kNone,              // completed, or failed for another reason (refused, reset, closed early, ...)
+  kStalled,           // no byte arrived for the read timeout: the transport gave up
+  kTooManyRedirects,  // the redirect limit was reached (a redirect loop)
+  kAborted,           // abandoned by HttpTransport::abort (the model is being closed)
+};
+
 // What came back for one range request.
 struct HttpRangeResponse {
   int status = 0;             // HTTP status of the final response (after redirects); 0 when none arrived
   std::string error;          // why the transfer failed (refused, reset, closed early, ...); "" when it completed
+  HttpFailure failure = HttpFailure::kNone;
   std::string content_range;  // the Content-Range header, "" when absent or not exposed
   std::string etag;           // the ETag header, "" when absent
   std::string last_modified;  // the Last-Modified header, "" when absent
+  std::string retry_after;    // the Retry-After header (seconds or an HTTP date), "" when absent
   // Length of the body: the bytes received, or, when the body is longer than
   // `length` and the transport stopped reading it, the declared Content-Length
   // (any value above `length` when none was declared).
@@ -38,15 +49,23 @@ struct HttpRangeResponse {
 // `dst` (never more) and reports the body length in body_bytes; it need not
 // read a body past `length` bytes (a server that ignored the Range). A body
 // that ends before its declared length is a failure: report it in `error`
-// with the status and the bytes received. Never throws for HTTP or network
-// failures: it reports them, and the caller validates, retries and explains.
-// Must allow calls from several threads at once, except in a build without
-// threads, where the caller makes one call at a time.
+// with the status and the bytes received. When no byte (of the answer's
+// headers or body) arrives for `read_timeout_ms`, it gives up and reports
+// failure kStalled; a slow transfer that keeps moving is never cut, however
+// long it takes. Never throws for HTTP or network failures: it reports them,
+// and the caller validates, retries and explains. Must allow calls from
+// several threads at once, except in a build without threads, where the
+// caller makes one call at a time.
 class HttpTransport {
  public:
   virtual ~HttpTransport() = default;
   virtual HttpRangeResponse get_range(const std::string& url, uint64_t offset, uint64_t length,
-                                      uint8_t* dst) = 0;
+                                      uint8_t* dst, double read_timeout_ms) = 0;
+  // Makes every call in progress return soon, and every later one at once,
+  // with failure kAborted (never retried). For a transport whose calls wait
+  // on a thread that closing the model must not wait for (the WebAssembly
+  // build's fetch() on the main runtime thread); the others need not.
+  virtual void abort() {}
 };
 
 // Persistent bytes, by name: the cache tier. Names are plain file names
@@ -73,8 +92,16 @@ struct HttpSourceOptions {
   // has from the store instead of the network.
   std::shared_ptr<CacheStore> cache;
   uint64_t page_bytes = 1u << 20;  // for new cache entries; an entry keeps its own
-  int max_retries = 4;             // per request, on network errors, short bodies and 5xx
-  double backoff_ms = 100;         // first retry delay; doubles each time
+  // Per request, on network errors, stalls, short bodies, 5xx and 429.
+  int max_retries = 4;
+  double backoff_ms = 100;         // first retry delay; doubles each time (up to 30 s)
+  // A 429 or 503 with Retry-After waits what the server asks instead of the
+  // backoff, up to this; a server asking for longer fails the request at
+  // once, with an error naming the wait asked for.
+  double max_retry_after_ms = 30'000;
+  // No byte for this long fails the attempt (it is retried like a dropped
+  // connection): a stalled server ends in an error naming the wait, never a hang.
+  double read_timeout_ms = 30'000;
   // Requests in flight: a large read is split into up to this many ranges,
   // made on a pool of parallel_requests - 1 threads owned by the source plus
   // the reading thread; with a cache, sequential reads also fetch the next
@@ -117,8 +144,11 @@ class HttpSource : public WeightSource {
 // a 206 whose Content-Range has the asked start and end and the known total,
 // a body of exactly that length, the same ETag (or, without ETags, the same
 // Last-Modified). A change is an error naming both values, and deletes the
-// stale cache entry. Network errors, short bodies and 5xx are retried with
-// backoff; 4xx are not. A model opened from the cache is trusted as stored:
+// stale cache entry. Network errors, stalls, short bodies, 5xx and 429 are
+// retried with backoff (or after the server's Retry-After); other 4xx, a
+// redirect loop and a response that contradicts the request are not. Bytes
+// of a response that failed a check are never stored in the cache. A model
+// opened from the cache is trusted as stored:
 // a change on the server shows only when a missing page is fetched, so a
 // complete entry keeps serving the version it holds until it is deleted.
 std::unique_ptr<HttpSource> open_http_source(const std::string& url,
@@ -138,7 +168,7 @@ std::vector<CachedModel> list_cached_models(CacheStore& store);
 void delete_cached_model(CacheStore& store, const std::string& url);
 
 // Native building blocks (not in the WebAssembly build).
-// libcurl: http and https only, redirects followed, connections reused.
+// libcurl: http and https only, up to 10 redirects followed, connections reused.
 std::shared_ptr<HttpTransport> make_curl_transport();
 // Files in `directory`, created when missing (throws Error(kIo) if it cannot be).
 std::shared_ptr<CacheStore> make_directory_cache(const std::string& directory);

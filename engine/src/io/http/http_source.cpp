@@ -14,6 +14,7 @@
 // in flight when the next read comes and the round trip is hidden.
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -72,11 +73,27 @@ void check_options(const HttpSourceOptions& options) {
   }
   if (options.max_retries < 0) throw Error(ErrorKind::kInvalidArgument, "max_retries must be >= 0");
   if (!(options.backoff_ms >= 0)) throw Error(ErrorKind::kInvalidArgument, "backoff_ms must be >= 0");
+  if (!(options.max_retry_after_ms >= 0)) {
+    throw Error(ErrorKind::kInvalidArgument, "max_retry_after_ms must be >= 0");
+  }
+  // Not infinite either: a stalled server must end in an error.
+  if (!(options.read_timeout_ms > 0) || !std::isfinite(options.read_timeout_ms)) {
+    throw Error(ErrorKind::kInvalidArgument, "read_timeout_ms must be a positive number of ms");
+  }
   if (options.page_bytes < kMinPageBytes || options.page_bytes > kMaxPageBytes) {
     throw Error(ErrorKind::kInvalidArgument,
                 "page_bytes must be between " + std::to_string(kMinPageBytes) + " and " +
                     std::to_string(kMaxPageBytes));
   }
+}
+
+RetryPolicy retry_policy(const HttpSourceOptions& options) {
+  RetryPolicy policy;
+  policy.max_retries = options.max_retries;
+  policy.backoff_ms = options.backoff_ms;
+  policy.max_retry_after_ms = options.max_retry_after_ms;
+  policy.read_timeout_ms = options.read_timeout_ms;
+  return policy;
 }
 
 class HttpSourceImpl final : public HttpSource {
@@ -85,7 +102,7 @@ class HttpSourceImpl final : public HttpSource {
                  const HttpSourceOptions& options)
       : url_(url),
         options_(options),
-        fetcher_(url, std::move(transport), options.max_retries, options.backoff_ms) {
+        fetcher_(url, std::move(transport), retry_policy(options)) {
     if (options_.parallel_requests > 1) {
       // The calling thread makes one of the requests itself.
       pool_ = std::make_unique<RequestPool>(options_.parallel_requests - 1);
@@ -188,8 +205,13 @@ class HttpSourceImpl final : public HttpSource {
       // Only the server's word tells the size; the whole-file request checks it.
       file_ = e.seen();
       head_.clear();
-      if (options_.cache != nullptr) start_cache_entry();
       load_whole_file(e);
+      // The entry starts once the bytes are here: a refused or failed
+      // download leaves no empty entry behind.
+      if (options_.cache != nullptr) {
+        start_cache_entry();
+        store_pages(whole_.data(), 0, file_.size);
+      }
       return;
     }
     header_phase_ = true;

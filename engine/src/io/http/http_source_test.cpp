@@ -11,10 +11,13 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -619,7 +622,7 @@ TEST_F(HttpTest, HttpUnavailableGivesUpAfterMaxRetries) {
   options.max_retries = 3;
   const Error e = expect_error([&] { open_http_source(url, make_curl_transport(), options); });
   EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
-  EXPECT_STREQ(e.what(), (url + " bytes 0-1048575: HTTP 503 (gave up after 4 attempts)").c_str());
+  EXPECT_STREQ(e.what(), (url + " bytes 0-1048575: HTTP 503 (Retry-After: 1) (gave up after 4 attempts)").c_str());
   EXPECT_EQ(server_->stats().requests, 4u);
 }
 
@@ -664,6 +667,171 @@ TEST_F(HttpTest, HttpRefusesBadArguments) {
   EXPECT_EQ(expect_error([&] { open_http_source("ftp://127.0.0.1/x.gguf", make_curl_transport(), fast_options()); })
                 .kind(),
             ErrorKind::kNetwork);
+}
+
+// ---- The fault matrix's faults, at the library's level ---------------------------
+
+// Every page the cache's index lists holds the file's bytes at that offset.
+// Returns how many bytes are listed.
+uint64_t expect_cache_holds_only_file_bytes(CacheStore& store, const std::string& url,
+                                            const std::string& file) {
+  const std::optional<CacheIndex> index = load_cache_index(store, url);
+  if (!index) return 0;
+  auto source = open_file_source(file);
+  EXPECT_EQ(index->file.size, source->size());
+  for (uint64_t p = 0; p < index->page_count(); ++p) {
+    if (!index->pages[p]) continue;
+    const uint64_t length = index->page_length(p);
+    std::vector<uint8_t> kept(length), want(length);
+    EXPECT_TRUE(store.read(cache_pages_name(url), p * index->page_bytes, kept.data(), length)) << "page " << p;
+    source->read(p * index->page_bytes, want.data(), length);
+    EXPECT_EQ(kept, want) << "page " << p << " differs from the file";
+  }
+  return index->cached_bytes();
+}
+
+// The requests the server saw for each Range, in order of arrival.
+std::map<std::string, std::vector<ServedRequest>> by_range(const ServerStats& s) {
+  std::map<std::string, std::vector<ServedRequest>> ranges;
+  for (const ServedRequest& r : s.log) ranges[r.range].push_back(r);
+  return ranges;
+}
+
+TEST_F(HttpTest, HttpRetryAfterIsWaitedForThenTheRangeIsAskedAgain) {
+  // Every range is refused once with 429 and "Retry-After: 1" (then as a date).
+  for (const std::string fault : {"429:after=1", "429:after=1,date=1"}) {
+    SCOPED_TRACE(fault);
+    server_->reset();
+    const std::string url = server_->url("/fault/" + fault + "/stories260K.gguf");
+    HttpSourceOptions options = fast_options();
+    options.cache = cache();
+    HttpSourceStats stats;
+    expect_same_as(run_http(open_http_source(url, make_curl_transport(), options), &stats), *stories_);
+    EXPECT_GE(stats.retries, 1u);
+    for (const auto& [range, requests] : by_range(server_->stats())) {
+      ASSERT_EQ(requests.size(), 2u) << range;
+      EXPECT_EQ(requests[0].status, 429) << range;
+      EXPECT_EQ(requests[1].status, 206) << range;
+    }
+    EXPECT_EQ(expect_cache_holds_only_file_bytes(*options.cache, url, *root_ + "/stories260K.gguf"),
+              file_size("stories260K.gguf"));
+    delete_cached_model(*options.cache, url);
+  }
+}
+
+TEST_F(HttpTest, HttpRetryAfterOverTheCapFailsAtOnceNamingTheWait) {
+  const std::string url = server_->url("/fault/429:after=3600/stories260K.gguf");
+  const Error e = expect_error([&] { open_http_source(url, make_curl_transport(), fast_options()); });
+  EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
+  EXPECT_STREQ(e.what(), (url + " bytes 0-1048575: HTTP 429 (Retry-After: 3600): the server asks to wait "
+                                "3600 s, longer than the 30 s allowed (max_retry_after_ms; 1 attempt)")
+                             .c_str());
+  EXPECT_EQ(server_->stats().requests, 1u);
+}
+
+TEST_F(HttpTest, HttpStalledServerEndsInAReadTimeoutError) {
+  // Headers and 1000 bytes, then silence, on every attempt.
+  const std::string url = server_->url("/fault/stall:after=1000/stories260K.gguf");
+  HttpSourceOptions options = fast_options();
+  options.read_timeout_ms = 300;
+  options.max_retries = 1;
+  options.cache = cache();
+  const Error e = expect_error([&] { open_http_source(url, make_curl_transport(), options); });
+  EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
+  EXPECT_STREQ(e.what(), (url + " bytes 0-1048575: no bytes for 300 ms (read timeout) (after HTTP 206, 1000 of "
+                                "1048576 bytes received) (gave up after 2 attempts)")
+                             .c_str());
+  EXPECT_EQ(server_->stats().requests, 2u);
+  EXPECT_TRUE(list_cached_models(*options.cache).empty()) << "nothing of a failed open is kept";
+}
+
+TEST_F(HttpTest, HttpTrickleSlowerThanTheReadTimeoutStillArrives) {
+  // Each response's first 24 kB come at 20 kB/s: over a second per response,
+  // with bytes every 100 ms, against a read timeout of 400 ms.
+  const std::string url = server_->url("/fault/trickle:rate=20000,bytes=24000/stories260K.gguf");
+  HttpSourceOptions options = fast_options();
+  options.read_timeout_ms = 400;
+  HttpSourceStats stats;
+  expect_same_as(run_http(open_http_source(url, make_curl_transport(), options), &stats), *stories_);
+  EXPECT_EQ(stats.retries, 0u);
+}
+
+TEST_F(HttpTest, HttpRedirectLoopIsRefusedWithoutRetries) {
+  const std::string url = server_->url("/fault/redirect-loop/stories260K.gguf");
+  const Error e = expect_error([&] { open_http_source(url, make_curl_transport(), fast_options()); });
+  EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
+  const std::string message = e.what();
+  EXPECT_EQ(message.rfind(url + " bytes 0-1048575: too many redirects (a redirect loop?)", 0), 0u) << message;
+  const ServerStats s = server_->stats();
+  EXPECT_EQ(s.requests, 11u) << "the first request and 10 redirects, once";
+  for (const ServedRequest& r : s.log) EXPECT_EQ(r.status, 302);
+}
+
+TEST_F(HttpTest, HttpFileReplacedMidSessionFailsAndLeavesNothingStale) {
+  // The first response is the file; later ones are another version of it.
+  const std::string url = server_->url("/fault/replace/stories260K.gguf");
+  HttpSourceOptions options = fast_options();
+  options.cache = cache();
+  options.page_bytes = 64u << 10;
+  const Error e = expect_error([&] { run_model(open_http_source(url, make_curl_transport(), options)); });
+  EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
+  const std::string message = e.what();
+  EXPECT_NE(message.find("the file changed on the server: ETag was \""), std::string::npos) << message;
+  EXPECT_NE(message.find("-replaced\""), std::string::npos) << message;
+  EXPECT_NE(message.find("its cached copy was deleted"), std::string::npos) << message;
+  EXPECT_TRUE(list_cached_models(*options.cache).empty());
+  for (const auto& [name, bytes] : options.cache->list()) ADD_FAILURE() << "left in the cache: " << name;
+}
+
+TEST_F(HttpTest, HttpBurstsOfServerErrorsAreRetriedInOrder) {
+  // Every range: 500, then 502, then the bytes.
+  const std::string url = server_->url("/fault/5xx:times=2/stories260K.gguf");
+  HttpSourceOptions options = fast_options();
+  options.parallel_requests = 1;
+  HttpSourceStats stats;
+  expect_same_as(run_http(open_http_source(url, make_curl_transport(), options), &stats), *stories_);
+  const auto ranges = by_range(server_->stats());
+  EXPECT_EQ(stats.retries, 2 * ranges.size());
+  for (const auto& [range, requests] : ranges) {
+    ASSERT_EQ(requests.size(), 3u) << range;
+    EXPECT_EQ(requests[0].status, 500);
+    EXPECT_EQ(requests[1].status, 502);
+    EXPECT_EQ(requests[2].status, 206);
+  }
+}
+
+TEST_F(HttpTest, HttpCutBodiesAreRetriedAndNeverCached) {
+  // The first two attempts of every range are cut at a random byte: reset
+  // (drop) or closed cleanly (short). The third gets through. The file is
+  // read in order, as the loader does, so readahead runs too.
+  const std::string file = *root_ + "/multi.gguf";
+  std::vector<uint8_t> want(file_size("multi.gguf"));
+  open_file_source(file)->read(0, want.data(), want.size());
+  for (const std::string fault : {"drop:times=2,seed=7", "short:times=2,seed=3"}) {
+    SCOPED_TRACE(fault);
+    server_->reset();
+    const std::string url = server_->url("/fault/" + fault + "/multi.gguf");
+    HttpSourceOptions options = fast_options();
+    options.cache = cache();
+    options.page_bytes = 256u << 10;
+    auto source = open_http_source(url, make_curl_transport(), options);
+    source->header_done();
+    std::vector<uint8_t> got(want.size());
+    for (uint64_t at = 0; at < got.size(); at += 3u << 20) {
+      source->read(at, got.data() + at, std::min<uint64_t>(3u << 20, got.size() - at));
+    }
+    EXPECT_TRUE(got == want) << "the bytes read differ from the file";
+    EXPECT_GE(source->stats().retries, 2u);
+    source.reset();  // readahead still running ends here
+    const auto ranges = by_range(server_->stats());
+    for (const auto& [range, requests] : ranges) {
+      ASSERT_EQ(requests.size(), 3u) << range;
+      EXPECT_LT(requests[0].bytes, requests[2].bytes) << range;
+    }
+    EXPECT_EQ(expect_cache_holds_only_file_bytes(*options.cache, url, *root_ + "/multi.gguf"),
+              file_size("multi.gguf"));
+    delete_cached_model(*options.cache, url);
+  }
 }
 
 // ---- The CLI ------------------------------------------------------------------
@@ -785,6 +953,38 @@ TEST(HttpCacheIndex, RoundTripsAndRejectsDamage) {
   wrong_size.replace(wrong_size.find("size 2500000"), 12, "size 9500000");
   EXPECT_FALSE(CacheIndex::parse(wrong_size).has_value()) << "page count no longer matches";
   EXPECT_NE(cache_index_name(index.url), cache_index_name(index.url + "x"));
+}
+
+TEST(HttpRangeCheck, ReadsRetryAfterAsSecondsOrADate) {
+  const auto now = std::chrono::system_clock::from_time_t(784111777);  // Sun, 06 Nov 1994 08:49:37 GMT
+  EXPECT_EQ(parse_retry_after("120", now), 120000);
+  EXPECT_EQ(parse_retry_after(" 0 ", now), 0);
+  EXPECT_EQ(parse_retry_after("Sun, 06 Nov 1994 08:49:47 GMT", now), 10000);
+  EXPECT_EQ(parse_retry_after("Sun, 06 Nov 1994 08:49:27 GMT", now), 0) << "a date past is now";
+  EXPECT_EQ(parse_retry_after("Wed, 01 Mar 2000 00:00:00 GMT", now),
+            (951868800.0 - 784111777.0) * 1000);
+  for (const char* bad : {"", "soon", "-1", "1.5", "Sun, 06 Nov 1994 08:49:47 UTC", "Sun, 06 Foo 1994 08:49:47 GMT"}) {
+    EXPECT_EQ(parse_retry_after(bad, now), -1) << bad;
+  }
+
+  RemoteFile known{1000, "\"e\"", ""};
+  HttpRangeResponse busy = response(429, "", 0);
+  busy.retry_after = "2";
+  const RangeCheck check = check_range_response(busy, 0, 100, known);
+  EXPECT_EQ(check.verdict, RangeVerdict::kRetry);
+  EXPECT_EQ(check.retry_after_ms, 2000);
+  EXPECT_EQ(check_range_response(response(429, "", 0), 0, 100, known).retry_after_ms, -1);
+
+  HttpRangeResponse loop = response(302, "", 0);
+  loop.error = "Maximum (10) redirects followed";
+  loop.failure = HttpFailure::kTooManyRedirects;
+  EXPECT_EQ(check_range_response(loop, 0, 100, known).verdict, RangeVerdict::kFail);
+  HttpRangeResponse stalled = response(206, "bytes 0-99/1000", 10);
+  stalled.error = "Callback aborted";
+  stalled.failure = HttpFailure::kStalled;
+  const RangeCheck stall = check_range_response(stalled, 0, 100, known, 1500);
+  EXPECT_EQ(stall.verdict, RangeVerdict::kRetry);
+  EXPECT_EQ(stall.problem, "no bytes for 1.5 s (read timeout) (after HTTP 206, 10 of 100 bytes received)");
 }
 
 }  // namespace

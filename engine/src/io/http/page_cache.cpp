@@ -212,8 +212,10 @@ bool PageCache::wait_for(uint64_t page) {
 }
 
 void PageCache::finish(uint64_t first, uint64_t count, const uint8_t* bytes) {
+  std::shared_lock<std::shared_mutex> files(files_mutex_, std::defer_lock);
   bool store = false;
   if (bytes != nullptr) {
+    files.lock();
     std::lock_guard<std::mutex> lock(mutex_);
     store = writing_;
   }
@@ -229,6 +231,7 @@ void PageCache::finish(uint64_t first, uint64_t count, const uint8_t* bytes) {
       error = e.what();
     }
   }
+  if (files.owns_lock()) files.unlock();
   std::lock_guard<std::mutex> lock(mutex_);
   if (!error.empty()) stop_writing_locked(error);
   for (uint64_t p = first; p < first + count; ++p) {
@@ -256,6 +259,7 @@ bool PageCache::read(uint64_t offset, void* dst, size_t length) {
 }
 
 void PageCache::invalidate() {
+  std::unique_lock<std::shared_mutex> files(files_mutex_);
   std::lock_guard<std::mutex> lock(mutex_);
   stop_writing_locked("the file changed on the server");
   std::fill(index_.pages.begin(), index_.pages.end(), false);

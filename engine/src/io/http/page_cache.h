@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,10 @@ class PageCache {
   std::shared_ptr<CacheStore> store_;
   const std::string index_name_;
   const std::string pages_name_;
+  // Held shared while a page is written to the store, exclusively while the
+  // entry is deleted: a write that was under way when the file changed
+  // cannot land after the deletion and leave stale bytes behind.
+  std::shared_mutex files_mutex_;
   mutable std::mutex mutex_;
   std::condition_variable fetched_;  // a claim ended
   CacheIndex index_;

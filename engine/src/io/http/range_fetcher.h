@@ -28,15 +28,25 @@ class RangeError : public Error {
   RemoteFile seen_;
 };
 
+// How the fetcher retries and how long it lets a transfer stall.
+struct RetryPolicy {
+  int max_retries = 4;
+  double backoff_ms = 100;
+  double max_retry_after_ms = 30'000;
+  double read_timeout_ms = 30'000;
+};
+
 class RangeFetcher {
  public:
-  RangeFetcher(std::string url, std::shared_ptr<HttpTransport> transport, int max_retries,
-               double backoff_ms);
+  RangeFetcher(std::string url, std::shared_ptr<HttpTransport> transport, const RetryPolicy& policy);
 
   // Fetches [offset, offset + length) into dst, checked against `known`
-  // (see check_range_response). Network errors, short bodies and 5xx are
-  // retried up to max_retries times, waiting backoff_ms, then twice as long,
-  // and so on. Returns the accepted response's check; throws RangeError.
+  // (see check_range_response). Network errors, stalls, short bodies, 5xx
+  // and 429 are retried up to max_retries times, waiting what a Retry-After
+  // asks for (failing at once when that is over max_retry_after_ms), else
+  // backoff_ms, then twice as long, and so on. Returns the accepted
+  // response's check; throws RangeError. `dst` may hold bytes of a rejected
+  // response afterwards: only a return makes it valid.
   RangeCheck fetch(uint64_t offset, uint64_t length, uint8_t* dst, const RemoteFile& known);
 
   const std::string& url() const { return url_; }
@@ -46,8 +56,7 @@ class RangeFetcher {
  private:
   const std::string url_;
   const std::shared_ptr<HttpTransport> transport_;
-  const int max_retries_;
-  const double backoff_ms_;
+  const RetryPolicy policy_;
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> retries_{0};
 };

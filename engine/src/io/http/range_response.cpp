@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <limits>
 
 namespace sipllm {
@@ -45,7 +48,67 @@ RangeCheck verdict(RangeVerdict v, std::string problem, const RemoteFile& seen) 
   return check;
 }
 
+// Days from 1970-01-01 to the given civil date (proleptic Gregorian).
+int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
+  y -= m <= 2;
+  const int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const auto yoe = static_cast<unsigned>(y - era * 400);
+  const unsigned doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + static_cast<int64_t>(doe) - 719468;
+}
+
+// "Sun, 06 Nov 1994 08:49:37 GMT" as seconds since the epoch; false when it is not one.
+bool parse_imf_fixdate(const std::string& text, int64_t* seconds) {
+  static const char* const kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                        "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  char weekday[4] = "", month[4] = "", zone[4] = "";
+  int day = 0, year = 0, hour = 0, minute = 0, second = 0, used = 0;
+  if (std::sscanf(text.c_str(), "%3[A-Za-z], %2d %3s %4d %2d:%2d:%2d %3s%n", weekday, &day, month, &year, &hour,
+                  &minute, &second, zone, &used) != 8 ||
+      static_cast<size_t>(used) != text.size() || std::strcmp(zone, "GMT") != 0 || day < 1 || day > 31 ||
+      hour > 23 || minute > 59 || second > 60) {
+    return false;
+  }
+  unsigned m = 0;
+  while (m < 12 && std::strcmp(month, kMonths[m]) != 0) ++m;
+  if (m == 12) return false;
+  *seconds = days_from_civil(year, m + 1, static_cast<unsigned>(day)) * 86400 + hour * 3600 + minute * 60 + second;
+  return true;
+}
+
 }  // namespace
+
+std::string describe_ms(double ms) {
+  char text[32];
+  if (ms >= 1000) {
+    const double s = ms / 1000;
+    if (s == std::floor(s)) {
+      std::snprintf(text, sizeof text, "%.0f s", s);
+    } else {
+      std::snprintf(text, sizeof text, "%.3g s", s);
+    }
+  } else {
+    std::snprintf(text, sizeof text, "%.0f ms", ms);
+  }
+  return text;
+}
+
+double parse_retry_after(const std::string& value, std::chrono::system_clock::time_point now) {
+  size_t begin = 0, end = value.size();
+  while (begin < end && value[begin] == ' ') ++begin;
+  while (end > begin && value[end - 1] == ' ') --end;
+  const std::string text = value.substr(begin, end - begin);
+  if (text.empty()) return -1;
+  if (std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    // Huge values are kept huge (they only ever exceed the cap), not wrapped.
+    return text.size() > 12 ? 1e15 : std::stod(text) * 1000;
+  }
+  int64_t at = 0;
+  if (!parse_imf_fixdate(text, &at)) return -1;
+  const double now_ms = std::chrono::duration<double, std::milli>(now.time_since_epoch()).count();
+  return std::max(0.0, static_cast<double>(at) * 1000 - now_ms);
+}
 
 bool parse_content_range(const std::string& text, uint64_t* start, uint64_t* end, uint64_t* total) {
   size_t pos = 0;
@@ -74,21 +137,42 @@ std::string describe_range(const std::string& url, uint64_t offset, uint64_t len
 }
 
 RangeCheck check_range_response(const HttpRangeResponse& response, uint64_t offset,
-                                uint64_t length, const RemoteFile& known) {
+                                uint64_t length, const RemoteFile& known, double read_timeout_ms) {
   RemoteFile seen;
   seen.etag = response.etag;
   seen.last_modified = response.last_modified;
   const std::string status = "HTTP " + std::to_string(response.status);
 
-  if (!response.error.empty() || response.status == 0) {
+  if (response.failure == HttpFailure::kAborted) {
+    return verdict(RangeVerdict::kFail, "the request was abandoned: the model is being closed", seen);
+  }
+  if (response.failure == HttpFailure::kTooManyRedirects) {
+    // Following a loop again only loops again.
+    return verdict(RangeVerdict::kFail,
+                   "too many redirects (a redirect loop?)" +
+                       (response.error.empty() ? std::string() : ": " + response.error),
+                   seen);
+  }
+  if (!response.error.empty() || response.status == 0 || response.failure == HttpFailure::kStalled) {
     std::string problem = response.error.empty() ? "no response" : response.error;
+    if (response.failure == HttpFailure::kStalled) {
+      problem = "no bytes for " + describe_ms(read_timeout_ms) + " (read timeout)";
+    }
     if (response.status != 0) {
       problem += " (after " + status + ", " + std::to_string(response.body_bytes) + " of " +
                  std::to_string(length) + " bytes received)";
     }
     return verdict(RangeVerdict::kRetry, problem, seen);
   }
-  if (response.status >= 500) return verdict(RangeVerdict::kRetry, status, seen);
+  if (response.status >= 500 || response.status == 429 || response.status == 408) {
+    // Overloaded or briefly unavailable: worth asking again, when it says.
+    RangeCheck check = verdict(RangeVerdict::kRetry, status, seen);
+    if (!response.retry_after.empty() && (response.status == 429 || response.status == 503)) {
+      check.retry_after_ms = parse_retry_after(response.retry_after, std::chrono::system_clock::now());
+      if (check.retry_after_ms >= 0) check.problem += " (Retry-After: " + response.retry_after + ")";
+    }
+    return check;
+  }
   if (response.status == 416) {
     return verdict(RangeVerdict::kFail,
                    status + " (range not satisfiable: Content-Range " +

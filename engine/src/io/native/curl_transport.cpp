@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -21,12 +22,18 @@ namespace {
 // transfer is cut (the status is all the caller needs).
 constexpr uint64_t kMaxErrorBody = 64u << 10;
 
+using Clock = std::chrono::steady_clock;
+
 struct Transfer {
   uint64_t length = 0;
   uint8_t* dst = nullptr;
   HttpRangeResponse response;
   uint64_t received = 0;
   bool stopped_on_purpose = false;
+  // The read timeout: when a byte last arrived, and how long silence may last.
+  Clock::time_point last_byte;
+  Clock::duration read_timeout{};
+  bool stalled = false;
 };
 
 std::string header_value(const char* data, size_t size, const char* name) {
@@ -45,6 +52,7 @@ std::string header_value(const char* data, size_t size, const char* name) {
 size_t on_header(char* data, size_t size, size_t count, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const size_t bytes = size * count;
+  t->last_byte = Clock::now();
   if (bytes >= 5 && std::strncmp(data, "HTTP/", 5) == 0) {
     // A new response (after a redirect or a 100 Continue): forget the last one's headers.
     t->response = HttpRangeResponse{};
@@ -59,13 +67,26 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
     t->response.etag = value;
   } else if (!(value = header_value(data, bytes, "last-modified")).empty()) {
     t->response.last_modified = value;
+  } else if (!(value = header_value(data, bytes, "retry-after")).empty()) {
+    t->response.retry_after = value;
   }
   return bytes;
+}
+
+// Called by libcurl while a transfer runs (about once a second when nothing
+// moves): ends a transfer that has received nothing for the read timeout.
+// A slow transfer that keeps receiving is never cut.
+int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  auto* t = static_cast<Transfer*>(user);
+  if (Clock::now() - t->last_byte < t->read_timeout) return 0;
+  t->stalled = true;
+  return 1;
 }
 
 size_t on_body(char* data, size_t size, size_t count, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const size_t bytes = size * count;
+  t->last_byte = Clock::now();
   const int status = t->response.status;
   if (status == 200 || status == 206) {
     if (t->received < t->length) {
@@ -109,10 +130,12 @@ class CurlTransport final : public HttpTransport {
   CurlTransport& operator=(const CurlTransport&) = delete;
 
   HttpRangeResponse get_range(const std::string& url, uint64_t offset, uint64_t length,
-                              uint8_t* dst) override {
+                              uint8_t* dst, double read_timeout_ms) override {
     Transfer t;
     t.length = length;
     t.dst = dst;
+    t.read_timeout = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double, std::milli>(read_timeout_ms));
     if (length == 0) {
       t.response.error = "empty range";
       return t.response;
@@ -132,10 +155,12 @@ class CurlTransport final : public HttpTransport {
     curl_easy_setopt(handle, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(handle, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(handle, CURLOPT_NOSIGNAL, 1L);  // no SIGALRM: other threads run
-    curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT, 30L);
-    // A transfer that stalls (under 1 byte/s for 60 s) fails rather than hangs.
-    curl_easy_setopt(handle, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(handle, CURLOPT_LOW_SPEED_TIME, 60L);
+    // The read timeout covers connecting too: nothing at all arrives then.
+    curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS,
+                     static_cast<long>(std::clamp(read_timeout_ms, 1.0, 3.6e6)));
+    curl_easy_setopt(handle, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(handle, CURLOPT_XFERINFODATA, &t);
     curl_easy_setopt(handle, CURLOPT_USERAGENT, "sipllm");
     curl_easy_setopt(handle, CURLOPT_ERRORBUFFER, error);
     curl_easy_setopt(handle, CURLOPT_HEADERFUNCTION, on_header);
@@ -143,6 +168,7 @@ class CurlTransport final : public HttpTransport {
     curl_easy_setopt(handle, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(handle, CURLOPT_WRITEDATA, &t);
 
+    t.last_byte = Clock::now();
     const CURLcode code = curl_easy_perform(handle);
     long status = 0;
     curl_easy_getinfo(handle, CURLINFO_RESPONSE_CODE, &status);
@@ -158,6 +184,11 @@ class CurlTransport final : public HttpTransport {
       }
     } else if (code != CURLE_OK) {
       t.response.error = error[0] != '\0' ? std::string(error) : curl_easy_strerror(code);
+      if (t.stalled && code == CURLE_ABORTED_BY_CALLBACK) {
+        t.response.failure = HttpFailure::kStalled;
+      } else if (code == CURLE_TOO_MANY_REDIRECTS) {
+        t.response.failure = HttpFailure::kTooManyRedirects;
+      }
     }
     return t.response;
   }
