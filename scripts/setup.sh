@@ -1,6 +1,6 @@
 #!/bin/sh
 # Installs the Debian packages the build and tests need, when missing.
-# Usage: scripts/setup.sh [native|web|browser|all]   (default: all)
+# Usage: scripts/setup.sh [native|web|browser|fuzz|all]   (default: all)
 set -eu
 
 native="cmake ninja-build g++ libgtest-dev libbenchmark-dev python3-numpy libsimde-dev libcurl4-openssl-dev"
@@ -16,14 +16,20 @@ command -v npm > /dev/null 2>&1 || web="$web npm"
 # The demo's end-to-end tests drive Debian's Chromium (Playwright cannot
 # download its own browser here).
 browser="chromium"
-all="$native $web $browser"
+# The fuzz targets (scripts/fuzz.sh) and the AddressSanitizer and
+# UndefinedBehaviorSanitizer run of the suite (scripts/test.sh): clang 19 with
+# its runtime (libFuzzer, the sanitizers) and llvm-symbolizer for readable
+# reports, on top of the native tools.
+fuzz="$native clang-19 libclang-rt-19-dev llvm-19"
+all="$native $web $browser $fuzz"
 
 case "${1:-all}" in
   native) wanted=$native ;;
   web) wanted=$web ;;
   browser) wanted=$browser ;;
+  fuzz) wanted=$fuzz ;;
   all) wanted=$all ;;
-  *) echo "usage: $0 [native|web|browser|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [native|web|browser|fuzz|all]" >&2; exit 2 ;;
 esac
 
 missing=""

@@ -8,11 +8,15 @@ scripts/build-native.sh
 # native CLI (scripts/fault-matrix.mjs --ci --clients native).
 ctest --test-dir build/native --output-on-failure -j2
 
-# The loader's threads again under ThreadSanitizer: races fail the run.
-cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIPLLM_SANITIZE=thread > /dev/null
-cmake --build build/tsan --target sipllm_tests
-TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/sipllm_tests --gtest_brief=1 \
-  --gtest_filter='Streaming*:*LoaderStress*:Engine.Cancel*:WarmUp*:ThreadPool*:Http*'
+# The suite again under AddressSanitizer (with LeakSanitizer) and
+# UndefinedBehaviorSanitizer, then under ThreadSanitizer: a memory error, a
+# leak, undefined behaviour or a data race fails the run.
+scripts/test-sanitized.sh address
+scripts/test-sanitized.sh thread
+
+# Each fuzz target for 30 s, after its whole corpus and its regression inputs,
+# in the AddressSanitizer build just made (see tests/fuzz/README.md).
+scripts/fuzz.sh 30
 
 # The WebAssembly builds, then the web package's suite (Vitest, under Node,
 # against the range server, compared with the native CLI built above), with

@@ -127,7 +127,8 @@ struct HttpSourceStats {
   bool opened_from_cache = false; // the open used the cache's record: no request
   bool whole_file = false;        // serving a whole-file download from memory
   bool caching = false;           // fetched pages are being stored
-  std::string cache_error;        // why caching stopped (a write failed), "" if it did not
+  std::string cache_error;        // why caching stopped (a write failed) or never started (a file too
+                                  // large for the cache), "" if neither
 };
 
 class HttpSource : public WeightSource {

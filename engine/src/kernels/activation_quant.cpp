@@ -20,6 +20,18 @@ float block_scale(ActivationFormat format, float max, float inverse) {
   return inverse != 0.0f ? 1.0f / inverse : 0.0f;
 }
 
+// The rounding factor 127 / max, or 0 for a block that rounds to nothing:
+// all zeros, or values so small (max below 127 / FLT_MAX, about 4e-37) that
+// the factor overflows. ggml goes on with an infinite factor there, which
+// turns values into infinities and their integer conversion into undefined
+// behaviour; but either scale the block keeps is then 0 (max / 127 is far
+// below the smallest half float, 1 / infinity is 0), so the block adds
+// nothing to a product whatever its values, and values of 0 give the same.
+float rounding_factor(float max) {
+  const float inverse = max != 0.0f ? 127.0f / max : 0.0f;
+  return std::isinf(inverse) ? 0.0f : inverse;
+}
+
 }  // namespace
 
 int activation_block(ActivationFormat format) {
@@ -41,7 +53,7 @@ void quantize_activation_row(const float* x, int cols, ActivationFormat format, 
       amax = wasm_f32x4_pmax(amax, wasm_f32x4_abs(simd::load(xb + i)));
     }
     const float max = simd::max_f32(amax);
-    const float inverse_scale = max != 0.0f ? 127.0f / max : 0.0f;
+    const float inverse_scale = rounding_factor(max);
     d[b] = block_scale(format, max, inverse_scale);
     const v128_t inverse = wasm_f32x4_splat(inverse_scale);
     int16_t* qb = q + static_cast<size_t>(b) * block;
@@ -70,7 +82,7 @@ void quantize_activation_row_reference(const float* x, int cols, ActivationForma
       const float a = std::fabs(xb[i]);
       amax = amax < a ? a : amax;
     }
-    const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const float inverse = rounding_factor(amax);
     d[b] = block_scale(format, amax, inverse);
     for (int i = 0; i < block; ++i) {
       q[b * block + i] = static_cast<int16_t>(std::nearbyint(xb[i] * inverse));

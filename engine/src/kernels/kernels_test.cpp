@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -129,6 +130,35 @@ TEST(KernelsActivationQuant, SimdEqualsReferenceAndStaysWithinHalfAStep) {
         EXPECT_EQ(sums[1], s);
       }
     }
+  }
+}
+
+// A block whose largest value is below 127 / FLT_MAX (a hostile model's
+// activations, found by fuzzing) has no finite rounding factor: it rounds to
+// zeros with a zero scale, like an all-zero block, instead of to saturated
+// integers whose sum overflows.
+TEST(KernelsActivationQuant, BlocksTooSmallToScaleRoundToZero) {
+  for (ActivationFormat format : {ActivationFormat::kQ8_0, ActivationFormat::kQ8_K}) {
+    const int block = activation_block(format);
+    std::vector<float> x(static_cast<size_t>(2 * block));
+    for (int i = 0; i < block; ++i) {
+      x[static_cast<size_t>(i)] = (i % 2 ? -1 : 1) * (i % 3 ? 1e-38f : std::numeric_limits<float>::denorm_min());
+      x[static_cast<size_t>(block + i)] = static_cast<float>(i - block / 2);  // an ordinary block after it
+    }
+    std::vector<int16_t> q(x.size()), q_ref(x.size());
+    std::vector<float> d(2), d_ref(2);
+    std::vector<int32_t> sums(x.size() / 32), sums_ref(sums.size());
+    quantize_activation_row(x.data(), 2 * block, format, q.data(), d.data(), sums.data());
+    quantize_activation_row_reference(x.data(), 2 * block, format, q_ref.data(), d_ref.data(), sums_ref.data());
+    EXPECT_EQ(q, q_ref);
+    EXPECT_TRUE(same_bits(d, d_ref));
+    EXPECT_EQ(sums, sums_ref);
+    for (int i = 0; i < block; ++i) ASSERT_EQ(q[static_cast<size_t>(i)], 0) << i;
+    EXPECT_EQ(d[0], 0.0f);
+    for (size_t r = 0; r < static_cast<size_t>(block / 32); ++r) EXPECT_EQ(sums[r], 0);
+    // The next block is quantized as usual.
+    EXPECT_GT(d[1], 0.0f);
+    EXPECT_EQ(q[static_cast<size_t>(block)], -127);
   }
 }
 

@@ -178,6 +178,8 @@ class HttpSourceImpl final : public HttpSource {
     if (cache_ != nullptr) {
       s.caching = cache_->writing();
       s.cache_error = cache_->write_error();
+    } else {
+      s.cache_error = cache_refusal_;
     }
     return s;
   }
@@ -218,11 +220,15 @@ class HttpSourceImpl final : public HttpSource {
     report_progress(head_.size(), 0);
     if (options_.cache != nullptr) {
       start_cache_entry();
-      store_head_pages(0);
+      if (cache_ != nullptr) store_head_pages(0);
     }
   }
 
   void start_cache_entry() {
+    // A file too large for the cache (or a server that states an absurd
+    // size) streams without it.
+    cache_refusal_ = cache_entry_refusal(url_, file_, options_.page_bytes);
+    if (!cache_refusal_.empty()) return;
     cache_ = std::make_unique<PageCache>(options_.cache, url_, file_, options_.page_bytes);
   }
 
@@ -544,6 +550,7 @@ class HttpSourceImpl final : public HttpSource {
   RemoteFile file_;  // set by the open, fixed afterwards
   std::unique_ptr<RequestPool> pool_;
   std::unique_ptr<PageCache> cache_;
+  std::string cache_refusal_;  // why a cache was given but no entry started
   bool opened_from_cache_ = false;
 
   std::mutex head_mutex_;

@@ -11,6 +11,13 @@ namespace {
 
 constexpr size_t kIndexHeaderBytes = 32;  // "sipllm-cache 1 " + 16 digits + "\n"
 constexpr uint64_t kMaxIndexBytes = 64u << 20;
+// No writer uses larger pages (HttpSourceOptions allows up to 256 MiB); an
+// index that says so is damaged, and offsets computed from such pages could
+// overflow.
+constexpr uint64_t kMaxIndexPageBytes = 1u << 30;
+// An index's bytes besides its URL, validators and page list: field names,
+// numbers, the header.
+constexpr uint64_t kIndexOverheadBytes = 256;
 
 // FNV-1a, 64 bits: a stable file name for a URL (the index holds the URL
 // itself, so a collision only costs a cache miss).
@@ -39,6 +46,20 @@ bool parse_u64(const std::string& text, uint64_t* value) {
 }
 
 }  // namespace
+
+uint64_t cache_page_count(uint64_t file_size, uint64_t page_bytes) {
+  return file_size / page_bytes + (file_size % page_bytes != 0 ? 1 : 0);
+}
+
+std::string cache_entry_refusal(const std::string& url, const RemoteFile& file, uint64_t page_bytes) {
+  const uint64_t pages = cache_page_count(file.size, page_bytes);
+  const uint64_t text = url.size() + file.etag.size() + file.last_modified.size() + kIndexOverheadBytes;
+  if (text >= kMaxIndexBytes || pages > kMaxIndexBytes - text) {
+    return "a file of " + std::to_string(file.size) + " bytes has " + std::to_string(pages) + " pages of " +
+           std::to_string(page_bytes) + " bytes, more than a cache index can list";
+  }
+  return "";
+}
 
 uint64_t CacheIndex::page_length(uint64_t page) const {
   const uint64_t start = page * page_bytes;
@@ -97,10 +118,11 @@ std::optional<CacheIndex> CacheIndex::parse(const std::string& text) {
     return std::nullopt;
   }
   if (index.url.empty() || !parse_u64(size, &index.file.size) || index.file.size == 0 ||
-      !parse_u64(page_bytes, &index.page_bytes) || index.page_bytes == 0) {
+      !parse_u64(page_bytes, &index.page_bytes) || index.page_bytes == 0 ||
+      index.page_bytes > kMaxIndexPageBytes) {
     return std::nullopt;
   }
-  const uint64_t count = (index.file.size + index.page_bytes - 1) / index.page_bytes;
+  const uint64_t count = cache_page_count(index.file.size, index.page_bytes);
   if (pages.size() != count) return std::nullopt;
   index.pages.resize(count);
   for (uint64_t p = 0; p < count; ++p) {
@@ -140,7 +162,50 @@ PageCache::PageCache(std::shared_ptr<CacheStore> store, CacheIndex index)
       index_name_(cache_index_name(index.url)),
       pages_name_(cache_pages_name(index.url)),
       index_(std::move(index)),
-      in_flight_(index_.page_count(), false) {}
+      in_flight_(index_.page_count(), false) {
+  forget_pages_past_the_end();
+}
+
+bool PageCache::stored_through(uint64_t end) {
+  uint8_t byte = 0;
+  try {
+    return store_->read(pages_name_, end - 1, &byte, 1);
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// The pages file may have lost its tail while the index survived: a crash
+// after the index was written but before the pages' bytes reached the disk (a
+// file system may keep either without the other), or a pages file truncated
+// or deleted by hand. A page past its end would be refetched when read, but
+// the first page written after it would leave a hole in its place, and a
+// hole reads as zeros: the cache would serve zeros as the model's bytes. So
+// the stored pages past the pages file's end are forgotten now, before any
+// write. One read of a byte when the file is whole; a binary search over the
+// stored pages when it is not.
+void PageCache::forget_pages_past_the_end() {
+  std::vector<uint64_t> stored;
+  for (uint64_t p = 0; p < index_.page_count(); ++p) {
+    if (index_.pages[p]) stored.push_back(p);
+  }
+  auto page_end = [&](uint64_t p) { return p * index_.page_bytes + index_.page_length(p); };
+  if (stored.empty() || stored_through(page_end(stored.back()))) return;
+  // stored[0, kept) lie within the file; whether a page does is monotonic in
+  // its end, as the file's length is one threshold.
+  size_t kept = 0, beyond = stored.size() - 1;
+  while (kept < beyond) {
+    const size_t middle = kept + (beyond - kept) / 2;
+    if (stored_through(page_end(stored[middle]))) {
+      kept = middle + 1;
+    } else {
+      beyond = middle;
+    }
+  }
+  for (size_t i = kept; i < stored.size(); ++i) index_.pages[stored[i]] = false;
+  std::lock_guard<std::mutex> lock(mutex_);
+  save_index_locked();
+}
 
 PageCache::PageCache(std::shared_ptr<CacheStore> store, const std::string& url,
                      const RemoteFile& file, uint64_t page_bytes)
@@ -148,7 +213,7 @@ PageCache::PageCache(std::shared_ptr<CacheStore> store, const std::string& url,
   index_.url = url;
   index_.file = file;
   index_.page_bytes = page_bytes;
-  index_.pages.assign((file.size + page_bytes - 1) / page_bytes, false);
+  index_.pages.assign(cache_page_count(file.size, page_bytes), false);
   in_flight_.assign(index_.page_count(), false);
   std::lock_guard<std::mutex> lock(mutex_);
   try {

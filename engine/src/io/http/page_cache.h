@@ -47,6 +47,14 @@ struct CacheIndex {
   static std::optional<CacheIndex> parse(const std::string& text);
 };
 
+// ceil(file_size / page_bytes), without overflowing near 2^64.
+uint64_t cache_page_count(uint64_t file_size, uint64_t page_bytes);
+// Why `file` cannot get a cache entry with pages of `page_bytes` ("" when it
+// can): its index would list more pages than an index may hold, so it could
+// never be read back (a server stating an absurd size would otherwise have
+// the cache allocate a page list of that size).
+std::string cache_entry_refusal(const std::string& url, const RemoteFile& file, uint64_t page_bytes);
+
 // Store names of a URL's entry.
 std::string cache_index_name(const std::string& url);
 std::string cache_pages_name(const std::string& url);
@@ -59,10 +67,12 @@ std::optional<CacheIndex> read_cache_index(CacheStore& store, const std::string&
 // One open model's pages, for the life of one source. Thread-safe.
 class PageCache {
  public:
-  // Uses an existing entry as it is.
+  // Uses an existing entry, but for pages past the end of its pages file
+  // (see forget_pages_past_the_end).
   PageCache(std::shared_ptr<CacheStore> store, CacheIndex index);
   // Starts a new entry for `url`, replacing any other: removes its old files
   // and writes an index with no pages. Caching is off if that write fails.
+  // The file must be one cache_entry_refusal() accepts.
   PageCache(std::shared_ptr<CacheStore> store, const std::string& url, const RemoteFile& file,
             uint64_t page_bytes);
 
@@ -97,6 +107,8 @@ class PageCache {
   void invalidate();
 
  private:
+  void forget_pages_past_the_end();
+  bool stored_through(uint64_t end);  // the pages file holds byte end - 1
   void save_index_locked();
   void stop_writing_locked(const std::string& why);
 

@@ -1,0 +1,176 @@
+// The cache tier against damaged or hostile records, in memory: an index
+// whose numbers overflow, a pages file that lost its tail, a server that
+// states an absurd file size. (The fuzz target tests/fuzz/fuzz_page_cache.cpp
+// found these; http_source_test.cpp tests the cache against a real server.)
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/http/page_cache.h"
+#include "sipllm/http_source.h"
+
+namespace sipllm {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+uint8_t file_byte(uint64_t offset) { return static_cast<uint8_t>((offset * 2654435761u) >> 7); }
+
+std::string file_bytes(uint64_t offset, uint64_t length) {
+  std::string s(length, '\0');
+  for (uint64_t i = 0; i < length; ++i) s[i] = static_cast<char>(file_byte(offset + i));
+  return s;
+}
+
+// Files in memory; a write past the end leaves a hole of zeros, as a file
+// system's sparse file reads back.
+class MemoryStore final : public CacheStore {
+ public:
+  bool read(const std::string& name, uint64_t offset, void* dst, size_t length) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = files.find(name);
+    if (it == files.end() || offset > it->second.size() || length > it->second.size() - offset) return false;
+    std::memcpy(dst, it->second.data() + offset, length);
+    return true;
+  }
+  void write(const std::string& name, uint64_t offset, const void* src, size_t length) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::string& file = files[name];
+    if (file.size() < offset + length) file.resize(offset + length);
+    std::memcpy(file.data() + offset, src, length);
+  }
+  std::vector<std::pair<std::string, uint64_t>> list() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<std::pair<std::string, uint64_t>> out;
+    for (const auto& [name, bytes] : files) out.emplace_back(name, bytes.size());
+    return out;
+  }
+  void remove(const std::string& name) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    files.erase(name);
+  }
+
+  std::map<std::string, std::string> files;
+
+ private:
+  std::mutex mutex_;
+};
+
+// Serves file_byte() at every offset below `actual` bytes, stating a total
+// of `stated` bytes (an honest server states its actual size).
+class FakeServer final : public HttpTransport {
+ public:
+  FakeServer(uint64_t actual, uint64_t stated) : actual_(actual), stated_(stated) {}
+  HttpRangeResponse get_range(const std::string&, uint64_t offset, uint64_t length, uint8_t* dst) override {
+    HttpRangeResponse response;
+    response.etag = "\"v1\"";
+    const uint64_t n = offset < actual_ ? std::min(length, actual_ - offset) : 0;
+    if (n == 0) {
+      response.status = 416;
+      return response;
+    }
+    const std::string bytes = file_bytes(offset, n);
+    std::memcpy(dst, bytes.data(), n);
+    response.status = 206;
+    response.content_range = "bytes " + std::to_string(offset) + "-" + std::to_string(offset + n - 1) + "/" +
+                             std::to_string(stated_);
+    response.body_bytes = n;
+    ++requests;
+    return response;
+  }
+  int requests = 0;
+
+ private:
+  uint64_t actual_;
+  uint64_t stated_;
+};
+
+std::string index_text(uint64_t size, uint64_t page_bytes, const std::string& pages) {
+  const std::string body = "url http://host/m.gguf\nsize " + std::to_string(size) + "\netag \"v1\"\nlast-modified \n" +
+                           "page-bytes " + std::to_string(page_bytes) + "\npages " + pages + "\nend\n";
+  char header[33];
+  std::snprintf(header, sizeof header, "sipllm-cache 1 %016zu\n", 32 + body.size());
+  return std::string(header, 32) + body;
+}
+
+TEST(HttpCacheIndex, RefusesPageCountsThatOverflowAndPagesNoWriterUses) {
+  // The count of pages, (size + page_bytes - 1) / page_bytes, wrapped to 0
+  // here: the index was taken for a file of 2^64 - 1 bytes with no pages, and
+  // the first read past the head indexed an empty page list.
+  EXPECT_FALSE(CacheIndex::parse(index_text(UINT64_MAX, uint64_t{1} << 63, "")));
+  EXPECT_EQ(cache_page_count(UINT64_MAX, uint64_t{1} << 63), 2u);
+  EXPECT_EQ(cache_page_count(UINT64_MAX, 1), UINT64_MAX);
+  EXPECT_EQ(cache_page_count(4096, 4096), 1u);
+  EXPECT_EQ(cache_page_count(4097, 4096), 2u);
+  // Pages beyond 1 GiB: no writer uses them, and offsets in them overflow.
+  EXPECT_FALSE(CacheIndex::parse(index_text(100, uint64_t{1} << 63, "1")));
+  EXPECT_FALSE(CacheIndex::parse(index_text(100, UINT64_MAX, "1")));
+  EXPECT_TRUE(CacheIndex::parse(index_text(100, uint64_t{1} << 30, "1")));
+  EXPECT_TRUE(CacheIndex::parse(index_text(3 * kPage + 1, kPage, "1011")));
+}
+
+TEST(HttpCache, StoredPagesPastTheEndOfATruncatedPagesFileAreFetchedAgain) {
+  // An entry of five pages, all stored, whose pages file kept only the first
+  // page and a half (a crash before its bytes reached the disk). Reading the
+  // last page first fetches it again and writes it past the file's end;
+  // before the fix, pages 1 to 3 then lay in a hole and read back as zeros.
+  const uint64_t size = 4 * kPage + 100;
+  const std::string url = "http://host/m.gguf";
+  auto store = std::make_shared<MemoryStore>();
+  store->files[cache_index_name(url)] = index_text(size, kPage, "11111");
+  store->files[cache_pages_name(url)] = file_bytes(0, kPage + kPage / 2);
+  auto server = std::make_shared<FakeServer>(size, size);
+  HttpSourceOptions options;
+  options.cache = store;
+  options.parallel_requests = 1;
+  auto source = open_http_source(url, server, options);
+  EXPECT_TRUE(source->stats().opened_from_cache);
+  // The index now lists only the page the pages file still holds.
+  const std::optional<CacheIndex> index = load_cache_index(*store, url);
+  ASSERT_TRUE(index);
+  EXPECT_EQ(index->pages, (std::vector<bool>{true, false, false, false, false}));
+
+  std::string read(100, '\0');
+  source->read(4 * kPage, read.data(), 100);
+  EXPECT_EQ(read, file_bytes(4 * kPage, 100));
+  for (uint64_t page : {2, 1, 3, 0}) {
+    std::string bytes(kPage, '\0');
+    source->read(page * kPage, bytes.data(), kPage);
+    EXPECT_EQ(bytes, file_bytes(page * kPage, kPage)) << "page " << page;
+  }
+  EXPECT_EQ(server->requests, 4);  // pages 4, 2, 1, 3; page 0 came from the store
+}
+
+TEST(HttpCache, AFileTooLargeForTheCacheStreamsWithoutIt) {
+  // A server that states 2^60 bytes (or 2^64 - 1): the cache would need a
+  // page list of 2^40 entries (before the fix it allocated one, and for
+  // 2^64 - 1 its size computation wrapped to an empty list instead).
+  for (uint64_t stated : {uint64_t{1} << 60, UINT64_MAX}) {
+    auto store = std::make_shared<MemoryStore>();
+    auto server = std::make_shared<FakeServer>(4u << 20, stated);
+    HttpSourceOptions options;
+    options.cache = store;
+    options.parallel_requests = 1;
+    auto source = open_http_source("http://host/huge.gguf", server, options);
+    EXPECT_EQ(source->size(), stated);
+    const HttpSourceStats stats = source->stats();
+    EXPECT_FALSE(stats.caching);
+    EXPECT_NE(stats.cache_error.find("more than a cache index can list"), std::string::npos) << stats.cache_error;
+    EXPECT_TRUE(store->files.empty());
+    // Reads in the head and past it still work, from the network.
+    for (uint64_t offset : {uint64_t{100}, uint64_t{3} << 20}) {
+      std::string bytes(1000, '\0');
+      source->read(offset, bytes.data(), bytes.size());
+      EXPECT_EQ(bytes, file_bytes(offset, bytes.size())) << offset;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sipllm

@@ -1,0 +1,65 @@
+#!/bin/sh
+# Builds the native suite under sanitizers and runs it; any sanitizer report
+# fails the run.
+#
+#   scripts/test-sanitized.sh address   AddressSanitizer (LeakSanitizer on) and
+#       UndefinedBehaviorSanitizer, with clang 19, into build/asan: every ctest
+#       test (the GoogleTest suite, the script tests that run the CLI, the fuzz
+#       corpus replays). The build also carries libFuzzer's coverage, so that
+#       scripts/fuzz.sh fuzzes from the same objects instead of building them
+#       again.
+#   scripts/test-sanitized.sh thread    ThreadSanitizer, with the default
+#       compiler, into build/tsan: the whole GoogleTest suite in one process
+#       (its suites share their set-up: a process per test would repeat it at
+#       ThreadSanitizer's pace), then every ctest test that runs the CLI or a
+#       fuzz replay. The CLI tests start the loader and the thread pool too.
+#
+# Reports also go to files in build/<dir>/sanitizer-reports/: a report from a
+# process a test expects to fail (the CLI given bad input) fails the run too.
+set -eu
+cd "$(dirname "$0")/.."
+kind=${1:-}
+case $kind in
+  address)
+    dir=build/asan
+    scripts/setup.sh fuzz
+    CC=clang-19 CXX=clang++-19 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DSIPLLM_SANITIZE=address,undefined -DSIPLLM_FUZZ=ON > /dev/null
+    ;;
+  thread)
+    dir=build/tsan
+    scripts/setup.sh native
+    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIPLLM_SANITIZE=thread > /dev/null
+    ;;
+  *)
+    echo "usage: $0 address|thread" >&2
+    exit 2
+    ;;
+esac
+cmake --build "$dir"
+
+reports=$PWD/$dir/sanitizer-reports
+rm -rf "$reports"
+mkdir -p "$reports"
+export ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-19/bin/llvm-symbolizer
+export ASAN_OPTIONS="detect_leaks=1:log_path=$reports/asan"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$reports/ubsan"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$reports/tsan"
+
+status=0
+if [ "$kind" = address ]; then
+  ctest --test-dir "$dir" --output-on-failure -j2 || status=$?
+else
+  "$dir/tests/sipllm_tests" --gtest_brief=1 || status=$?
+  ctest --test-dir "$dir" --output-on-failure -j2 -R '^(ReferenceLogits|EngineVsLlamaCpp|FuzzCorpus)\.' || status=$?
+fi
+
+if [ -n "$(ls -A "$reports")" ]; then
+  for report in "$reports"/*; do
+    echo "== $report"
+    cat "$report"
+  done
+  echo "sanitizer reports in $reports" >&2
+  status=1
+fi
+exit $status
