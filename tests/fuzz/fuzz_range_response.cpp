@@ -127,10 +127,10 @@ class ScriptedTransport final : public HttpTransport {
  public:
   ScriptedTransport(std::string script, uint64_t size) : script_(std::move(script)), size_(size) {}
 
-  HttpRangeResponse get_range(const std::string&, uint64_t offset, uint64_t length, uint8_t* dst) override {
+  HttpRangeResponse get_range(const std::string&, uint64_t offset, uint64_t length, uint8_t* dst, double /*read_timeout_ms*/) override {
     std::lock_guard<std::mutex> lock(mutex_);
     fuzz::Reader in(reinterpret_cast<const uint8_t*>(script_.data()) + used_, script_.size() - used_);
-    if (in.empty()) return fuzz::PatternTransport(size_, "\"v1\"", "").get_range("", offset, length, dst);
+    if (in.empty()) return fuzz::PatternTransport(size_, "\"v1\"", "").get_range("", offset, length, dst, 0);
     HttpRangeResponse response;
     response.status = read_status(in);
     response.error = in.u8() < 16 ? "connection reset" : "";

@@ -173,7 +173,7 @@ void MemoryStore::remove(const std::string& name) {
 }
 
 HttpRangeResponse PatternTransport::get_range(const std::string&, uint64_t offset, uint64_t length,
-                                              uint8_t* dst) {
+                                              uint8_t* dst, double /*read_timeout_ms*/) {
   HttpRangeResponse response;
   response.etag = etag_;
   response.last_modified = last_modified_;

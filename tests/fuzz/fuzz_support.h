@@ -116,7 +116,7 @@ class PatternTransport final : public HttpTransport {
   PatternTransport(uint64_t size, std::string etag, std::string last_modified)
       : size_(size), etag_(std::move(etag)), last_modified_(std::move(last_modified)) {}
   HttpRangeResponse get_range(const std::string& url, uint64_t offset, uint64_t length,
-                              uint8_t* dst) override;
+                              uint8_t* dst, double /*read_timeout_ms*/) override;
 
  private:
   uint64_t size_;

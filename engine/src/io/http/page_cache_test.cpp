@@ -67,7 +67,7 @@ class MemoryStore final : public CacheStore {
 class FakeServer final : public HttpTransport {
  public:
   FakeServer(uint64_t actual, uint64_t stated) : actual_(actual), stated_(stated) {}
-  HttpRangeResponse get_range(const std::string&, uint64_t offset, uint64_t length, uint8_t* dst) override {
+  HttpRangeResponse get_range(const std::string&, uint64_t offset, uint64_t length, uint8_t* dst, double) override {
     HttpRangeResponse response;
     response.etag = "\"v1\"";
     const uint64_t n = offset < actual_ ? std::min(length, actual_ - offset) : 0;
