@@ -7,6 +7,13 @@
 
 namespace sipllm {
 
+JsonValue::JsonValue() = default;
+JsonValue::JsonValue(const JsonValue&) = default;
+JsonValue::JsonValue(JsonValue&&) noexcept = default;
+JsonValue& JsonValue::operator=(const JsonValue&) = default;
+JsonValue& JsonValue::operator=(JsonValue&&) noexcept = default;
+JsonValue::~JsonValue() = default;
+
 bool JsonValue::is_integer() const {
   return type == Type::kNumber && std::isfinite(number) && std::floor(number) == number;
 }

@@ -19,6 +19,16 @@ struct JsonValue {
   std::vector<JsonValue> items;
   std::vector<std::pair<std::string, JsonValue>> members;
 
+  // Out of line: std::pair<std::string, JsonValue> is complete only after
+  // this class, and some standard libraries need it complete in the members'
+  // destructor.
+  JsonValue();
+  JsonValue(const JsonValue&);
+  JsonValue(JsonValue&&) noexcept;
+  JsonValue& operator=(const JsonValue&);
+  JsonValue& operator=(JsonValue&&) noexcept;
+  ~JsonValue();
+
   bool is_null() const { return type == Type::kNull; }
   bool is_bool() const { return type == Type::kBool; }
   bool is_number() const { return type == Type::kNumber; }
