@@ -2,7 +2,7 @@
 // Every request carries an id; the worker answers it with one 'result' or
 // 'error', after any number of 'progress' and 'tokens' events for that id.
 
-import type { Build, GenerationStats, LoadProgress, ModelInfo, Stats } from './types.js';
+import type { Build, EmbedOptions, GenerationStats, LoadProgress, ModelInfo, Stats } from './types.js';
 
 // Where the worker's cache store lives.
 export type CacheLocation =
@@ -42,10 +42,27 @@ export interface GenerateRequest {
   options: Record<string, unknown>;  // GenerateOptions without the signal, logitBias as pairs
 }
 
+export interface EmbedRequest {
+  type: 'embed';
+  id: number;
+  texts: string[];
+  options: EmbedOptions;
+}
+
+// GBNF text from the engine's JSON Schema compiler: of `schema` (JSON text),
+// or of any JSON object when it is null.
+export interface GrammarRequest {
+  type: 'grammar';
+  id: number;
+  schema: string | null;
+}
+
 export type Request =
   | InitRequest
   | LoadRequest
   | GenerateRequest
+  | EmbedRequest
+  | GrammarRequest
   | { type: 'cancel'; id: number; target: number }
   | { type: 'tokenize'; id: number; text: string; addSpecial: boolean; parseSpecial: boolean }
   | { type: 'detokenize'; id: number; tokens: number[] }
@@ -62,6 +79,12 @@ export interface LoadResult {
 
 export interface GenerateResult {
   generation: GenerationStats;
+  stats: Stats;
+}
+
+export interface EmbedResult {
+  vectors: Float32Array[];
+  tokens: number;
   stats: Stats;
 }
 
