@@ -255,6 +255,8 @@ function checkMessages(messages: unknown): ChatCompletionMessageParam[] {
         }
       });
     }
+    if (message.name !== undefined) isString(message.name, `${where}.name`);
+    if (message.tool_call_id !== undefined) isString(message.tool_call_id, `${where}.tool_call_id`);
     for (const key of Object.keys(message)) {
       if (!['role', 'content', 'name', 'tool_calls', 'tool_call_id'].includes(key)) fail(`${where}.${key}`, 'is not a known field');
     }
@@ -503,14 +505,19 @@ export class ChatCompletions {
     const calls = prepared.tools !== null ? new ToolCallStream(prepared.tools.style) : null;
     const pieces = this.engine.generate(prepared.prompt, prepared.options);
     let stats: GenerationStats;
-    for (;;) {
-      const next = await pieces.next();
-      if (next.done) {
-        stats = next.value;
-        break;
+    try {
+      for (;;) {
+        const next = await pieces.next();
+        if (next.done) {
+          stats = next.value;
+          break;
+        }
+        const text = calls !== null ? calls.push(next.value) : next.value;
+        if (text.length > 0) yield chunk({ content: text });
       }
-      const text = calls !== null ? calls.push(next.value) : next.value;
-      if (text.length > 0) yield chunk({ content: text });
+    } finally {
+      // Left early: stop the engine (and free the model for the next request).
+      await pieces.return(undefined as never);
     }
     let finish = finishReason(stats);
     if (calls !== null && prepared.tools !== null && calls.rest.length > 0) {
@@ -560,14 +567,20 @@ export class Completions {
     return (async function* stream(): AsyncGenerator<Completion> {
       if (echo.length > 0) yield completion(echo, null);
       const pieces = engine.generate(prompt, options);
-      for (;;) {
-        const next = await pieces.next();
-        if (next.done) {
-          yield completion('', finishReason(next.value), usageOf(next.value));
-          return;
+      let stats: GenerationStats;
+      try {
+        for (;;) {
+          const next = await pieces.next();
+          if (next.done) {
+            stats = next.value;
+            break;
+          }
+          yield completion(next.value, null);
         }
-        yield completion(next.value, null);
+      } finally {
+        await pieces.return(undefined as never);  // left early: stop the engine
       }
+      yield completion('', finishReason(stats), usageOf(stats));
     })();
   }
 }

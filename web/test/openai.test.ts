@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { Ajv } from 'ajv';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { AbortError, InvalidArgumentError, SipLLM, UnsupportedError } from '../dist/index.js';
+import { AbortError, InvalidArgumentError, SipLLM, UnsupportedError, renderChatTemplate } from '../dist/index.js';
 import type { ChatCompletionChunk, ChatCompletionCreateParams, ChatCompletionTool, Completion } from '../dist/index.js';
 import { parseToolCalls } from '../dist/tool-calls.js';
 import { RangeServer, cliPath, collect, repoRoot } from './support.js';
@@ -159,8 +159,8 @@ describe('chat.completions.create', () => {
     expect(cached).toBeLessThan(second.usage.prompt_tokens);
   });
 
-  it('gives JSON valid under the schema for every seed at temperature 1.5', async () => {
-    const llm = await model('qwen3');
+  it.each(['qwen3', 'gemma3'])('gives JSON valid under the schema for every seed at temperature 1.5 (%s)', async (family) => {
+    const llm = await model(family);
     const validate = ajv.compile(PERSON_SCHEMA);
     const outputs = new Set<string>();
     for (const seed of SEEDS) {
@@ -256,6 +256,42 @@ describe('chat.completions.create', () => {
     })()).rejects.toBeInstanceOf(AbortError);
     expect(chunks).toBeLessThan(10);
     expect(llm.stats().lastGeneration?.stopReason ?? 'cancelled').toBe('cancelled');
+  });
+
+  it('stops the engine when the loop is left early, so that the next request runs', async () => {
+    const llm = await model('qwen3');
+    const stream = await llm.chat.completions.create({ messages: MESSAGES, chat_template: QWEN3_TEMPLATE, max_tokens: 1000, stream: true });
+    let chunks = 0;
+    for await (const chunk of stream) {
+      if (chunk.choices[0].delta.content && ++chunks === 3) break;
+    }
+    expect(llm.stats().lastGeneration?.stopReason).toBe('cancelled');
+    const next = await llm.completions.create({ prompt: 'Once upon a time', max_tokens: 3, temperature: 0 });
+    expect(next.usage?.completion_tokens).toBe(3);
+  });
+
+  it('renders a conversation holding a tool call and its result, and continues it', async () => {
+    const llm = await model('qwen3');
+    const conversation: ChatCompletionCreateParams['messages'] = [
+      ...MESSAGES,
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function',
+        function: { name: 'get_weather', arguments: '{"city": "Oslo", "unit": "celsius"}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: '{"temperature": 3}' },
+    ];
+    await llm.reset();
+    const reply = await llm.chat.completions.create({
+      messages: conversation, chat_template: QWEN3_TEMPLATE, tools: [WEATHER_TOOL], max_tokens: 6, temperature: 0,
+    });
+    // The Qwen 3 template writes the call and the result as it was trained to read them.
+    const prompt = renderChatTemplate(QWEN3_TEMPLATE, [
+      ...MESSAGES,
+      { role: 'assistant', content: '', tool_calls: [{ id: 'call_1', type: 'function',
+        function: { name: 'get_weather', arguments: { city: 'Oslo', unit: 'celsius' } } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: '{"temperature": 3}' },
+    ], { bosToken: llm.info.bosText, eosToken: llm.info.eosText, addGenerationPrompt: true, variables: { tools: [WEATHER_TOOL] } });
+    expect(prompt).toContain('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}\n</tool_call>');
+    expect(prompt).toContain('<tool_response>\n{"temperature": 3}\n</tool_response>');
+    expect(reply.usage.prompt_tokens).toBe((await llm.tokenize(prompt, { addSpecial: false })).length);
   });
 
   it('applies the frequency penalty', async () => {
