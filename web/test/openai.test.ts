@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { AbortError, InvalidArgumentError, SipLLM, UnsupportedError, renderChatTemplate } from '../dist/index.js';
 import type { ChatCompletionChunk, ChatCompletionCreateParams, ChatCompletionTool, Completion } from '../dist/index.js';
-import { parseToolCalls } from '../dist/tool-calls.js';
+import { parseToolCalls, toolCallStyle } from '../dist/tool-calls.js';
 import { RangeServer, cliPath, collect, repoRoot } from './support.js';
 
 const FIXTURES = join(repoRoot, 'tests/fixtures/arch');
@@ -60,6 +60,15 @@ const TIME_TOOL: ChatCompletionTool = {
     parameters: { type: 'object', properties: { zone: { type: 'string', maxLength: 8 } }, required: ['zone'] },
   },
 };
+
+// Llama 3.1's conventions in a few lines: the tools as JSON in the system
+// turn, results in `ipython` turns, calls as {"name", "parameters"}.
+const LLAMA_JSON_TEMPLATE = "{{- bos_token }}{%- if tools %}{{- '<|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\n' }}" +
+  "{%- for t in tools %}{{- t | tojson }}{{- '\n' }}{%- endfor %}{{- '<|eot_id|>' }}{%- endif %}" +
+  "{%- for message in messages %}{%- if message.role == 'tool' %}" +
+  "{{- '<|start_header_id|>ipython<|end_header_id|>\n\n' + message.content + '<|eot_id|>' }}" +
+  "{%- else %}{{- '<|start_header_id|>' + message.role + '<|end_header_id|>\n\n' + message.content + '<|eot_id|>' }}{%- endif %}" +
+  "{%- endfor %}{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{%- endif %}";
 
 const ajv = new Ajv({ strict: false });
 const MESSAGES: ChatCompletionCreateParams['messages'] = [
@@ -229,6 +238,23 @@ describe('chat.completions.create', () => {
     expect(chunks[chunks.length - 1].choices[0].finish_reason).toBe('tool_calls');
     // The markup of the calls is not passed on as text.
     expect(chunks.map((c) => c.choices[0].delta.content ?? '').join('')).not.toContain('<tool_call>');
+  });
+
+  it("makes Llama 3's JSON-style calls with a template written that way", async () => {
+    const llm = await model('llama3');
+    const validate = ajv.compile(WEATHER_TOOL.function.parameters as object);
+    for (const seed of SEEDS.slice(0, 3)) {
+      const chunks = await chunksOf(await llm.chat.completions.create({
+        messages: MESSAGES, chat_template: LLAMA_JSON_TEMPLATE, ...RANDOM, seed, max_tokens: 1000, stream: true,
+        tools: [WEATHER_TOOL, TIME_TOOL], tool_choice: { type: 'function', function: { name: 'get_weather' } },
+      }));
+      const calls = chunks.flatMap((c) => c.choices[0].delta.tool_calls ?? []);
+      expect(calls).toHaveLength(1);
+      expect(calls[0].function.name).toBe('get_weather');
+      expect(validate(JSON.parse(calls[0].function.arguments)), calls[0].function.arguments).toBe(true);
+      expect(chunks.map((c) => c.choices[0].delta.content ?? '').join('')).toBe('');
+      expect(chunks[chunks.length - 1].choices[0].finish_reason).toBe('tool_calls');
+    }
   });
 
   it('renders the tools into a template that has no place for them', async () => {
@@ -437,6 +463,11 @@ describe('bad requests', () => {
 
 describe('tool call parsing', () => {
   const tools = [WEATHER_TOOL, TIME_TOOL];
+
+  it('tells the style from the template', () => {
+    expect(toolCallStyle(QWEN3_TEMPLATE)).toBe('hermes');
+    expect(toolCallStyle(LLAMA_JSON_TEMPLATE)).toBe('llama-json');
+  });
 
   it('reads hermes blocks and leaves the text around them', () => {
     const reply = 'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}\n</tool_call>\n' +
