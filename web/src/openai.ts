@@ -358,16 +358,17 @@ function parsedArguments(text: string): unknown {
 }
 
 // The messages as chat templates take them (transformers' conventions):
-// text content, tool call arguments as objects. A template that cannot show
-// tools gets them as the hermes style's text.
-function templateMessages(messages: ChatCompletionMessageParam[], tools: ChatCompletionTool[] | null): ChatMessage[] {
+// text content, tool call arguments as objects. For a template that cannot
+// show tools, `toolsAsText` are described in the system turn and the calls
+// and results are written in the hermes style's text.
+function templateMessages(messages: ChatCompletionMessageParam[], toolsAsText: ChatCompletionTool[] | null): ChatMessage[] {
   const out: ChatMessage[] = [];
   for (const message of messages) {
     const content = textOf(message.content);
     const role = message.role === 'developer' ? 'system' : message.role;
-    if (tools !== null && role === 'tool') {
+    if (toolsAsText !== null && role === 'tool') {
       out.push({ role: 'user', content: `<tool_response>\n${content}\n</tool_response>` });
-    } else if (tools !== null && message.tool_calls !== undefined) {
+    } else if (toolsAsText !== null && message.tool_calls !== undefined) {
       const calls = message.tool_calls.map((call) =>
         `<tool_call>\n${JSON.stringify({ name: call.function.name, arguments: parsedArguments(call.function.arguments) })}\n</tool_call>`);
       out.push({ role, content: [content, ...calls].filter((part) => part.length > 0).join('\n') });
@@ -385,8 +386,8 @@ function templateMessages(messages: ChatCompletionMessageParam[], tools: ChatCom
       out.push(rendered);
     }
   }
-  if (tools !== null) {
-    const prompt = toolsSystemPrompt(tools);
+  if (toolsAsText !== null) {
+    const prompt = toolsSystemPrompt(toolsAsText);
     if (out[0]?.role === 'system') out[0] = { ...out[0], content: `${out[0].content}\n\n${prompt}` };
     else out.unshift({ role: 'system', content: prompt });
   }
@@ -463,13 +464,14 @@ export class ChatCompletions {
                                  'use completions.create() with a plain prompt, or pass chat_template');
     }
     const useTools = tools.length > 0 && choice !== 'none';
-    const style = toolCallStyle(template);
+    const rendersTools = templateRendersTools(template);
+    // A template without tools is shown them in the hermes style (toolsSystemPrompt).
+    const style = rendersTools ? toolCallStyle(template) : 'hermes';
     const forced = useTools ? forcedFunctions(tools, choice) : null;
     const format = params.response_format;
     if (forced !== null && format != null && format.type !== 'text') {
       fail('response_format', 'cannot apply while tool_choice forces a tool call');
     }
-    const rendersTools = templateRendersTools(template);
     const prompt = renderChatTemplate(template, templateMessages(messages, useTools && !rendersTools ? tools : null), {
       bosToken: this.engine.info.bosText,
       eosToken: this.engine.info.eosText,
@@ -478,17 +480,15 @@ export class ChatCompletions {
     });
     let grammar = await grammarFor(this.engine, format);
     if (forced !== null) {
-      // A template without tools is shown the hermes style (toolsSystemPrompt).
-      const callStyle = rendersTools ? style : 'hermes';
-      const callGrammar = await this.engine.jsonSchemaToGrammar(toolCallSchema(forced, callStyle));
-      grammar = toolCallGrammar(callGrammar, callStyle, params.parallel_tool_calls !== false);
+      const callGrammar = await this.engine.jsonSchemaToGrammar(toolCallSchema(forced, style));
+      grammar = toolCallGrammar(callGrammar, style, params.parallel_tool_calls !== false);
     }
     return {
       prompt,
       // The template writes the special tokens itself.
       options: { ...generateOptions(this.engine, params, grammar), addSpecial: false },
       model: modelName(this.engine, params.model),
-      tools: useTools ? { list: tools, style: rendersTools ? style : 'hermes' } : null,
+      tools: useTools ? { list: tools, style } : null,
     };
   }
 

@@ -49,18 +49,55 @@ export function forcedFunctions(tools: ChatCompletionTool[], choice: ToolChoice 
   return named;
 }
 
+function hasRef(value: unknown): boolean {
+  if (value === null || typeof value !== 'object') return false;
+  if (Array.isArray(value)) return value.some(hasRef);
+  return Object.entries(value).some(([key, item]) => (key === '$ref' && typeof item === 'string') || hasRef(item));
+}
+
+// `$ref`s of a schema as they read once the schema is `$defs[name]` of a
+// larger document, its own `$defs` (or `definitions`) beside it as
+// `$defs[name-DEF]`.
+function rebaseRefs(value: unknown, name: string): unknown {
+  if (value === null || typeof value !== 'object') return value;
+  if (Array.isArray(value)) return value.map((item) => rebaseRefs(item, name));
+  const out: Record<string, unknown> = {};
+  for (const [key, item] of Object.entries(value)) {
+    if (key === '$ref' && typeof item === 'string' && item.startsWith('#')) {
+      const definition = /^#\/(?:\$defs|definitions)\/([^/]+)(.*)$/.exec(item);
+      out[key] = definition !== null ? `#/$defs/${name}-${definition[1]}${definition[2]}` : `#/$defs/${name}${item.slice(1)}`;
+    } else {
+      out[key] = rebaseRefs(item, name);
+    }
+  }
+  return out;
+}
+
 // A JSON Schema whose documents are one call of one of `tools` in `style`.
+// The functions' parameters go in as they are, or, when they use `$ref`
+// (pydantic's schemas do), moved with their definitions under the
+// document's `$defs`, where their references still reach.
 export function toolCallSchema(tools: ChatCompletionTool[], style: ToolCallStyle): Record<string, unknown> {
   const argumentsKey = style === 'hermes' ? 'arguments' : 'parameters';
-  const calls = tools.map((tool) => ({
-    type: 'object',
-    properties: {
-      name: { const: tool.function.name },
-      [argumentsKey]: tool.function.parameters ?? { type: 'object', additionalProperties: true },
-    },
-    required: ['name', argumentsKey],
-  }));
-  return calls.length === 1 ? calls[0] : { anyOf: calls };
+  const definitions: Record<string, unknown> = {};
+  const calls = tools.map((tool, i) => {
+    let parameters: unknown = tool.function.parameters ?? { type: 'object', additionalProperties: true };
+    if (hasRef(parameters)) {
+      const { $defs, definitions: older, ...own } = rebaseRefs(parameters, `tool${i}`) as Record<string, unknown>;
+      definitions[`tool${i}`] = own;
+      for (const [key, definition] of Object.entries({ ...(older as object), ...($defs as object) })) {
+        definitions[`tool${i}-${key}`] = definition;
+      }
+      parameters = { $ref: `#/$defs/tool${i}` };
+    }
+    return {
+      type: 'object',
+      properties: { name: { const: tool.function.name }, [argumentsKey]: parameters },
+      required: ['name', argumentsKey],
+    };
+  });
+  const schema: Record<string, unknown> = calls.length === 1 ? calls[0] : { anyOf: calls };
+  return Object.keys(definitions).length > 0 ? { ...schema, $defs: definitions } : schema;
 }
 
 // The grammar of the calls the model must make, from the compiled grammar

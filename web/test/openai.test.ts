@@ -223,6 +223,34 @@ describe('chat.completions.create', () => {
     }
   });
 
+  it('keeps the references of parameters that use $defs, as pydantic writes them', async () => {
+    const llm = await model('qwen3');
+    const parameters = {
+      type: 'object',
+      properties: { where: { $ref: '#/$defs/Place' }, hour: { type: 'integer', minimum: 0, maximum: 23 } },
+      required: ['where', 'hour'],
+      $defs: {
+        Place: {
+          type: 'object',
+          properties: { city: { type: 'string', maxLength: 10 }, country: { $ref: '#/$defs/Country' } },
+          required: ['city', 'country'],
+        },
+        Country: { enum: ['NO', 'IT', 'JP'] },
+      },
+    };
+    const book: ChatCompletionTool = { type: 'function', function: { name: 'book', parameters } };
+    const validate = ajv.compile(parameters);
+    for (const seed of SEEDS.slice(0, 3)) {
+      const completion = await llm.chat.completions.create({
+        messages: MESSAGES, chat_template: QWEN3_TEMPLATE, ...RANDOM, seed, max_tokens: 1000,
+        tools: [WEATHER_TOOL, book], tool_choice: { type: 'function', function: { name: 'book' } }, parallel_tool_calls: false,
+      });
+      const call = completion.choices[0].message.tool_calls?.[0];
+      expect(call?.function.name).toBe('book');
+      expect(validate(JSON.parse(call!.function.arguments)), call!.function.arguments).toBe(true);
+    }
+  });
+
   it('calls the named function, and streams the call as delta.tool_calls', async () => {
     const llm = await model('qwen3');
     const chunks = await chunksOf(await llm.chat.completions.create({
