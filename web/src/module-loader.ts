@@ -2,6 +2,7 @@
 // realm: a browser worker or a Node worker thread.
 
 import { isNode, nodeImport } from './env.js';
+import type { EngineGenerateOptions } from './protocol.js';
 import type { Build, EmbedOptions } from './types.js';
 
 // What wasm-bindings/bindings.cpp and host.js give the JavaScript side.
@@ -13,8 +14,8 @@ export interface Answer<T> {
 export interface EngineSession {
   openUrl(url: string, options: Record<string, unknown>): Answer<undefined>;
   openBytes(bytesId: number, size: number, name: string, options: Record<string, unknown>): Answer<undefined>;
-  generate(prompt: string, options: Record<string, unknown>): Answer<undefined>;
-  generateTokens(tokens: number[], options: Record<string, unknown>): Answer<undefined>;
+  generate(prompt: string, options: EngineGenerateOptions): Answer<undefined>;
+  generateTokens(tokens: number[], options: EngineGenerateOptions): Answer<undefined>;
   embed(texts: string[], options: EmbedOptions): Answer<undefined>;
   warmUp(milliseconds: number): Answer<undefined>;
   // At any time, also while a job runs.

@@ -2,7 +2,7 @@
 // Every request carries an id; the worker answers it with one 'result' or
 // 'error', after any number of 'progress' and 'tokens' events for that id.
 
-import type { Build, EmbedOptions, GenerationStats, LoadProgress, ModelInfo, Stats } from './types.js';
+import type { Build, EmbedOptions, GenerateOptions, GenerationStats, LoadProgress, ModelInfo, Stats } from './types.js';
 
 // Where the worker's cache store lives.
 export type CacheLocation =
@@ -34,12 +34,16 @@ export interface LoadRequest {
   warmUpMs: number;  // 0: none
 }
 
+// What the bindings' generate options take (bindings.cpp, generate_options):
+// GenerateOptions without the signal, the logit bias as [token, bias] pairs.
+export type EngineGenerateOptions = Omit<GenerateOptions, 'signal' | 'logitBias'> & { logitBias?: Array<[number, number]> };
+
 export interface GenerateRequest {
   type: 'generate';
   id: number;
   prompt?: string;
   tokens?: number[];
-  options: Record<string, unknown>;  // GenerateOptions without the signal, logitBias as pairs
+  options: EngineGenerateOptions;
 }
 
 export interface EmbedRequest {

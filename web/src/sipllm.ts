@@ -13,7 +13,7 @@ import { canShareMemory, isNode, nodeImport } from './env.js';
 import { AbortError, InvalidArgumentError, SipLLMError, UnsupportedError } from './errors.js';
 import { ChatCompletions, Completions, Embeddings } from './openai.js';
 import type { CompletionEngine } from './openai.js';
-import type { CacheLocation, EmbedResult as EmbedReply, GenerateResult, LoadResult } from './protocol.js';
+import type { CacheLocation, EmbedResult as EmbedReply, EngineGenerateOptions, GenerateResult, LoadResult } from './protocol.js';
 import type {
   Build,
   CacheOptions,
@@ -310,7 +310,7 @@ export class SipLLM implements CompletionEngine {
     const { signal, logitBias, ...rest } = options;
     if (signal?.aborted) throw abortError(signal, 'generation');
     const handle = await this.liveHandle();
-    const request: Record<string, unknown> = { ...rest };
+    const request: EngineGenerateOptions = { ...rest };
     if (logitBias !== undefined) {
       const entries = logitBias instanceof Map ? [...logitBias] : Object.entries(logitBias);
       request.logitBias = entries.map(([token, bias]) => [Number(token), bias]);
