@@ -435,6 +435,29 @@ describe('embeddings.create', () => {
   });
 });
 
+describe('the single-thread build', () => {
+  it('embeds and follows a schema as the threaded build does', async () => {
+    const threaded = await model('qwen3');
+    const single = await SipLLM.load(`${server.url}/qwen3-Q8_0.gguf`, { build: 'single', cache: false, contextLength: 2048 });
+    try {
+      expect(single.build).toBe('single');
+      const request = { input: ['The cat sat on the mat.', 'a'] };
+      expect((await single.embeddings.create(request)).data).toEqual((await threaded.embeddings.create(request)).data);
+      const chat = {
+        messages: MESSAGES, chat_template: QWEN3_TEMPLATE, ...RANDOM, seed: 9, max_tokens: 1500,
+        response_format: { type: 'json_schema' as const, json_schema: { schema: PERSON_SCHEMA } },
+      };
+      await threaded.reset();
+      const expected = await threaded.chat.completions.create(chat);
+      const reply = await single.chat.completions.create(chat);
+      expect(reply.choices[0].message.content).toBe(expected.choices[0].message.content);
+      expect(ajv.validate(PERSON_SCHEMA, JSON.parse(reply.choices[0].message.content as string))).toBe(true);
+    } finally {
+      await single.unload();
+    }
+  });
+});
+
 describe('bad requests', () => {
   const chat = { messages: MESSAGES, chat_template: QWEN3_TEMPLATE, max_tokens: 4 };
   const cases: Array<[string, Record<string, unknown>, string]> = [
