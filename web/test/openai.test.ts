@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AbortError, InvalidArgumentError, SipLLM, UnsupportedError, renderChatTemplate } from '../dist/index.js';
 import type { ChatCompletionChunk, ChatCompletionCreateParams, ChatCompletionTool, Completion } from '../dist/index.js';
 import { parseToolCalls, toolCallStyle } from '../dist/tool-calls.js';
-import { RangeServer, cliPath, collect, repoRoot } from './support.js';
+import { RangeServer, cliPath, collect, nativeRun, repoRoot } from './support.js';
 
 const FIXTURES = join(repoRoot, 'tests/fixtures/arch');
 // The fixtures carry no chat template (their vocabulary is a small
@@ -309,7 +309,7 @@ describe('chat.completions.create', () => {
       }
     })()).rejects.toBeInstanceOf(AbortError);
     expect(chunks).toBeLessThan(10);
-    expect(llm.stats().lastGeneration?.stopReason ?? 'cancelled').toBe('cancelled');
+    expect(llm.stats().lastGeneration?.stopReason).toBe('cancelled');
   });
 
   it('stops the engine when the loop is left early, so that the next request runs', async () => {
@@ -348,12 +348,15 @@ describe('chat.completions.create', () => {
     expect(reply.usage.prompt_tokens).toBe((await llm.tokenize(prompt, { addSpecial: false })).length);
   });
 
-  it('applies the frequency penalty', async () => {
-    const llm = await model('qwen3');
-    const request = { messages: MESSAGES, chat_template: QWEN3_TEMPLATE, max_tokens: 40, temperature: 0 };
-    const plain = await llm.chat.completions.create(request);
-    const penalized = await llm.chat.completions.create({ ...request, frequency_penalty: 2 });
-    expect(penalized.choices[0].message.content).not.toBe(plain.choices[0].message.content);
+  it('applies the presence and frequency penalties as the native engine does', async () => {
+    const llm = await model('gemma3');
+    const prompt = 'Once upon a time';
+    const penalties = { presence_penalty: 0.5, frequency_penalty: 1.5 };
+    const penalized = await llm.completions.create({ prompt, max_tokens: 40, temperature: 0, ...penalties });
+    expect(penalized.choices[0].text).toBe(nativeRun(join(FIXTURES, 'gemma3-Q8_0.gguf'), prompt, 40,
+                                                     ['--temp', '0', '--presence-penalty', '0.5', '--frequency-penalty', '1.5']));
+    const plain = await llm.completions.create({ prompt, max_tokens: 40, temperature: 0 });
+    expect(penalized.choices[0].text).not.toBe(plain.choices[0].text);
   });
 });
 
