@@ -4,12 +4,13 @@
 //
 //   const s = new Module.Session(id);
 //   s.openUrl(url, options) / s.openBytes(bytesId, size, name, options)
-//   s.generate(prompt, options) / s.generateTokens(ids, options) / s.warmUp(ms)
+//   s.generate(prompt, options) / s.generateTokens(ids, options) / s.embed(texts, options) / s.warmUp(ms)
 //       -> events through Module.sipllmHost.event(id, 'tokens' | 'done' | 'progress')
 //   s.liveUnits() -> [{name, bytes, loads, resident, used}], at any time
-//   s.takeTokens() -> [{token, text}],  s.takeResult() -> {ok, stats} | {ok: false, error}
+//   s.takeTokens() -> [{token, text}],  s.takeResult() -> {ok, stats?, embeddings?} | {ok: false, error}
 //   s.cancel() -> tokens generated so far, s.info(), s.tokenize(), s.detokenize(), s.reset(), s.stats(), s.close()
 //   Module.listCachedModels(storeId), Module.deleteCachedModel(storeId, url)
+//   Module.jsonSchemaToGrammar(schemaText), Module.jsonObjectGrammar() -> GBNF text
 //
 // Calls answered at once return {value} or {error: {kind, message}}.
 #include <emscripten/bind.h>
@@ -26,6 +27,7 @@
 #include "js_host.h"
 #include "session.h"
 #include "sipllm/error.h"
+#include "sipllm/grammar.h"
 
 namespace sipllm::wasm {
 namespace {
@@ -59,6 +61,15 @@ int integer(const val& object, const char* key, int fallback) {
 
 bool boolean(const val& object, const char* key, bool fallback) {
   return has(object, key) ? object[key].as<bool>() : fallback;
+}
+
+std::string text(const val& object, const char* key, const std::string& fallback) {
+  if (!has(object, key)) return fallback;
+  const val v = object[key];
+  if (v.typeOf().as<std::string>() != "string") {
+    throw Error(ErrorKind::kInvalidArgument, std::string("option '") + key + "' must be a string");
+  }
+  return v.as<std::string>();
 }
 
 uint64_t byte_count(const val& object, const char* key, uint64_t fallback) {
@@ -117,6 +128,8 @@ GenerateOptions generate_options(const val& o) {
   s.min_p = static_cast<float>(number(o, "minP", s.min_p));
   s.repeat_penalty = static_cast<float>(number(o, "repeatPenalty", s.repeat_penalty));
   s.repeat_last_n = integer(o, "repeatLastN", s.repeat_last_n);
+  s.presence_penalty = static_cast<float>(number(o, "presencePenalty", s.presence_penalty));
+  s.frequency_penalty = static_cast<float>(number(o, "frequencyPenalty", s.frequency_penalty));
   if (has(o, "seed")) {
     const double seed = number(o, "seed", 0);
     if (seed < 0 || seed != std::floor(seed) || seed > 9007199254740991.0) {
@@ -139,7 +152,43 @@ GenerateOptions generate_options(const val& o) {
   }
   options.add_special = boolean(o, "addSpecial", options.add_special);
   options.parse_special = boolean(o, "parseSpecial", options.parse_special);
+  options.grammar = text(o, "grammar", options.grammar);
   return options;
+}
+
+EmbedOptions embed_options(const val& o) {
+  EmbedOptions options;
+  const std::string pooling = text(o, "pooling", "model");
+  if (pooling == "model") {
+    options.pooling = Pooling::kModel;
+  } else if (pooling == "mean") {
+    options.pooling = Pooling::kMean;
+  } else if (pooling == "cls") {
+    options.pooling = Pooling::kCls;
+  } else if (pooling == "last") {
+    options.pooling = Pooling::kLast;
+  } else {
+    throw Error(ErrorKind::kInvalidArgument,
+                "option 'pooling' must be 'model', 'mean', 'cls' or 'last', not '" + pooling + "'");
+  }
+  options.normalize = boolean(o, "normalize", options.normalize);
+  options.add_special = boolean(o, "addSpecial", options.add_special);
+  return options;
+}
+
+std::vector<std::string> string_array(const val& array, const char* what) {
+  if (!array.isArray()) throw Error(ErrorKind::kInvalidArgument, std::string(what) + " must be an array of strings");
+  std::vector<std::string> out;
+  const int n = array["length"].as<int>();
+  out.reserve(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const val item = array[i];
+    if (item.typeOf().as<std::string>() != "string") {
+      throw Error(ErrorKind::kInvalidArgument, std::string(what) + "[" + std::to_string(i) + "] must be a string");
+    }
+    out.push_back(item.as<std::string>());
+  }
+  return out;
 }
 
 val error_object(const std::string& kind, const std::string& message) {
@@ -315,6 +364,13 @@ val generate_tokens(Session& s, const val& tokens, const val& options) {
   });
 }
 
+val embed(Session& s, const val& texts, const val& options) {
+  return answer([&] {
+    s.embed(string_array(texts, "texts"), embed_options(options));
+    return val::undefined();
+  });
+}
+
 val take_tokens(Session& s) {
   val out = val::array();
   const std::vector<TokenEvent> tokens = s.take_tokens();
@@ -333,6 +389,18 @@ val take_result(Session& s) {
   out.set("ok", r.ok);
   if (!r.ok) out.set("error", error_object(r.error_kind, r.error_message));
   if (r.stats) out.set("stats", generation_object(*r.stats));
+  if (r.embeddings) {
+    val vectors = val::array();
+    for (size_t i = 0; i < r.embeddings->vectors.size(); ++i) {
+      const std::vector<float>& v = r.embeddings->vectors[i];
+      // A copy: the view into the heap would not survive the vector.
+      vectors.set(i, val(emscripten::typed_memory_view(v.size(), v.data())).call<val>("slice"));
+    }
+    val embeddings = val::object();
+    embeddings.set("vectors", vectors);
+    embeddings.set("tokens", r.embeddings->tokens);
+    out.set("embeddings", embeddings);
+  }
   return out;
 }
 
@@ -432,6 +500,14 @@ val delete_cached_model_js(int store_id, const std::string& url) {
   });
 }
 
+val json_schema_to_grammar_js(const std::string& schema) {
+  return answer([&] { return val(json_schema_to_grammar(schema)); });
+}
+
+val json_object_grammar_js() {
+  return answer([&] { return val(json_object_grammar()); });
+}
+
 }  // namespace
 }  // namespace sipllm::wasm
 
@@ -443,6 +519,7 @@ EMSCRIPTEN_BINDINGS(sipllm) {
       .function("openBytes", &open_bytes)
       .function("generate", &generate)
       .function("generateTokens", &generate_tokens)
+      .function("embed", &embed)
       .function("warmUp", &warm_up)
       .function("liveUnits", &live_units)
       .function("takeTokens", &take_tokens)
@@ -457,5 +534,7 @@ EMSCRIPTEN_BINDINGS(sipllm) {
       .function("close", &close);
   emscripten::function("listCachedModels", &list_cached_models_js);
   emscripten::function("deleteCachedModel", &delete_cached_model_js);
+  emscripten::function("jsonSchemaToGrammar", &json_schema_to_grammar_js);
+  emscripten::function("jsonObjectGrammar", &json_object_grammar_js);
   emscripten::constant("threaded", static_cast<bool>(SIPLLM_WASM_THREADS));
 }

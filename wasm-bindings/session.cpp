@@ -290,6 +290,18 @@ void Session::generate_tokens(const std::vector<int32_t>& prompt, const Generate
   });
 }
 
+void Session::embed(const std::vector<std::string>& texts, const EmbedOptions& options) {
+  idle_engine();
+  start_job([this, texts, options](JobResult& result) {
+    Embeddings out;
+    out.vectors = engine_->embed(texts, options);
+    for (const std::string& text : texts) {
+      out.tokens += static_cast<int>(engine_->tokenize(text, options.add_special).size());
+    }
+    result.embeddings = std::move(out);
+  });
+}
+
 void Session::warm_up(double milliseconds) {
   idle_engine();
   start_job([this, milliseconds](JobResult&) { engine_->warm_up(milliseconds); });

@@ -36,12 +36,20 @@ struct OpenOptions {
   int cache_store_id = 0;       // a store registered in JavaScript; 0: no cache
 };
 
+// What an embed job computed: one vector per text, and the tokens the texts
+// took (for the caller's usage figures).
+struct Embeddings {
+  std::vector<std::vector<float>> vectors;
+  int tokens = 0;
+};
+
 // How a job ended.
 struct JobResult {
   bool ok = true;
   std::string error_kind;  // error_kind_name(), or "internal"
   std::string error_message;
   std::optional<GenerationStats> stats;  // set by a generate job
+  std::optional<Embeddings> embeddings;  // set by an embed job
 };
 
 // Progress of the bytes a model has delivered to the engine: distinct bytes
@@ -107,6 +115,8 @@ class Session {
   void open_bytes(int bytes_id, uint64_t size, const std::string& name, const OpenOptions& options);
   void generate(const std::string& prompt, const GenerateOptions& options);
   void generate_tokens(const std::vector<int32_t>& prompt, const GenerateOptions& options);
+  // Engine::embed as a job: it reads the weights like a generation.
+  void embed(const std::vector<std::string>& texts, const EmbedOptions& options);
   // Engine::warm_up as a job: the loader starts on the first pass meanwhile.
   void warm_up(double milliseconds);
 

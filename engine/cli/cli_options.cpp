@@ -31,6 +31,7 @@ const char* const kUsage =
     "  --top-k K           (default 40)       --top-p P   (default 0.95)\n"
     "  --min-p M           (default 0.05)     --repeat-penalty R (default 1.0)\n"
     "  --repeat-last-n N   (default 64)       --seed S    (default random)\n"
+    "  --presence-penalty P, --frequency-penalty F   OpenAI's, over the last N (default 0)\n"
     "  --stop STRING       stop before STRING (repeatable)\n"
     "  --logits-out FILE   write the float32 logits of every prompt position\n"
     "                      (int32 n_positions, int32 n_vocab, then the rows)\n"
@@ -217,6 +218,12 @@ ParsedArgs parse_args(const std::string& command, const std::vector<std::string>
     } else if (flag == "--repeat-penalty") {
       sampling_given = true;
       s.repeat_penalty = static_cast<float>(parse_double(flag, r.value(flag), 1e-3, 100));
+    } else if (flag == "--presence-penalty") {
+      sampling_given = true;
+      s.presence_penalty = static_cast<float>(parse_double(flag, r.value(flag), -2, 2));
+    } else if (flag == "--frequency-penalty") {
+      sampling_given = true;
+      s.frequency_penalty = static_cast<float>(parse_double(flag, r.value(flag), -2, 2));
     } else if (flag == "--repeat-last-n") {
       sampling_given = true;
       s.repeat_last_n = static_cast<int>(parse_int(flag, r.value(flag), -1, 1 << 30));

@@ -1,4 +1,7 @@
 export { SipLLM } from './sipllm.js';
+export type { ChatFunction } from './sipllm.js';
+export type { ChatCompletions, Completions, Embeddings } from './openai.js';
+export type * from './openai-types.js';
 export { renderChatTemplate } from './chat.js';
 export {
   AbortError,

@@ -2,7 +2,8 @@
 // realm: a browser worker or a Node worker thread.
 
 import { isNode, nodeImport } from './env.js';
-import type { Build } from './types.js';
+import type { EngineGenerateOptions } from './protocol.js';
+import type { Build, EmbedOptions } from './types.js';
 
 // What wasm-bindings/bindings.cpp and host.js give the JavaScript side.
 export interface Answer<T> {
@@ -13,13 +14,14 @@ export interface Answer<T> {
 export interface EngineSession {
   openUrl(url: string, options: Record<string, unknown>): Answer<undefined>;
   openBytes(bytesId: number, size: number, name: string, options: Record<string, unknown>): Answer<undefined>;
-  generate(prompt: string, options: Record<string, unknown>): Answer<undefined>;
-  generateTokens(tokens: number[], options: Record<string, unknown>): Answer<undefined>;
+  generate(prompt: string, options: EngineGenerateOptions): Answer<undefined>;
+  generateTokens(tokens: number[], options: EngineGenerateOptions): Answer<undefined>;
+  embed(texts: string[], options: EmbedOptions): Answer<undefined>;
   warmUp(milliseconds: number): Answer<undefined>;
   // At any time, also while a job runs.
   liveUnits(): LiveUnit[];
   takeTokens(): Array<{ token: number; text: string }>;
-  takeResult(): { ok: boolean; error?: { kind: string; message: string }; stats?: unknown };
+  takeResult(): JobOutcome;
   busy(): boolean;
   cancel(): number;
   info(): Answer<unknown>;
@@ -29,6 +31,15 @@ export interface EngineSession {
   stats(): Answer<Record<string, unknown>>;
   close(): void;
   delete(): void;
+}
+
+// How a job ended (Session::take_result): a generation's statistics, or an
+// embed job's vectors and the tokens its texts took.
+export interface JobOutcome {
+  ok: boolean;
+  error?: { kind: string; message: string };
+  stats?: unknown;
+  embeddings?: { vectors: Float32Array[]; tokens: number };
 }
 
 // A stream unit as the loader's counters describe it (bindings.cpp).
@@ -50,6 +61,8 @@ export interface EngineModule {
   Session: new (id: number) => EngineSession;
   listCachedModels(storeId: number): Answer<unknown[]>;
   deleteCachedModel(storeId: number, url: string): Answer<undefined>;
+  jsonSchemaToGrammar(schema: string): Answer<string>;
+  jsonObjectGrammar(): Answer<string>;
   threaded: boolean;
   sipllmRegistry?: Registry;
 }

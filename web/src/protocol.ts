@@ -2,7 +2,7 @@
 // Every request carries an id; the worker answers it with one 'result' or
 // 'error', after any number of 'progress' and 'tokens' events for that id.
 
-import type { Build, GenerationStats, LoadProgress, ModelInfo, Stats } from './types.js';
+import type { Build, EmbedOptions, GenerateOptions, GenerationStats, LoadProgress, ModelInfo, Stats } from './types.js';
 
 // Where the worker's cache store lives.
 export type CacheLocation =
@@ -34,18 +34,39 @@ export interface LoadRequest {
   warmUpMs: number;  // 0: none
 }
 
+// What the bindings' generate options take (bindings.cpp, generate_options):
+// GenerateOptions without the signal, the logit bias as [token, bias] pairs.
+export type EngineGenerateOptions = Omit<GenerateOptions, 'signal' | 'logitBias'> & { logitBias?: Array<[number, number]> };
+
 export interface GenerateRequest {
   type: 'generate';
   id: number;
   prompt?: string;
   tokens?: number[];
-  options: Record<string, unknown>;  // GenerateOptions without the signal, logitBias as pairs
+  options: EngineGenerateOptions;
+}
+
+export interface EmbedRequest {
+  type: 'embed';
+  id: number;
+  texts: string[];
+  options: EmbedOptions;
+}
+
+// GBNF text from the engine's JSON Schema compiler: of `schema` (JSON text),
+// or of any JSON object when it is null.
+export interface GrammarRequest {
+  type: 'grammar';
+  id: number;
+  schema: string | null;
 }
 
 export type Request =
   | InitRequest
   | LoadRequest
   | GenerateRequest
+  | EmbedRequest
+  | GrammarRequest
   | { type: 'cancel'; id: number; target: number }
   | { type: 'tokenize'; id: number; text: string; addSpecial: boolean; parseSpecial: boolean }
   | { type: 'detokenize'; id: number; tokens: number[] }
@@ -62,6 +83,12 @@ export interface LoadResult {
 
 export interface GenerateResult {
   generation: GenerationStats;
+  stats: Stats;
+}
+
+export interface EmbedResult {
+  vectors: Float32Array[];
+  tokens: number;
   stats: Stats;
 }
 

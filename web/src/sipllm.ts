@@ -4,18 +4,24 @@
 //   const llm = await SipLLM.load(url, { memoryBudget, cache: true, onProgress });
 //   for await (const piece of llm.generate('Once upon a time', { maxTokens: 64 })) ...
 //   for await (const piece of llm.chat([{ role: 'user', content: 'Hi' }])) ...
+//   await llm.chat.completions.create({ messages, response_format, tools, stream })  (openai.ts)
+//   await llm.embeddings.create({ input: ['a text', 'another'] })
 //   llm.stats(); await llm.unload();
 
 import { renderChatTemplate } from './chat.js';
 import { canShareMemory, isNode, nodeImport } from './env.js';
 import { AbortError, InvalidArgumentError, SipLLMError, UnsupportedError } from './errors.js';
-import type { CacheLocation, GenerateResult, LoadResult } from './protocol.js';
+import { ChatCompletions, Completions, Embeddings } from './openai.js';
+import type { CompletionEngine } from './openai.js';
+import type { CacheLocation, EmbedResult as EmbedReply, EngineGenerateOptions, GenerateResult, LoadResult } from './protocol.js';
 import type {
   Build,
   CacheOptions,
   CachedModel,
   ChatMessage,
   ChatOptions,
+  EmbedOptions,
+  EmbedResult,
   GenerateOptions,
   GenerationStats,
   LoadOptions,
@@ -160,7 +166,16 @@ class PieceQueue {
   }
 }
 
-export class SipLLM {
+// llm.chat(messages, options) streams a reply's text; llm.chat.completions is
+// the OpenAI-style call.
+export type ChatFunction = ((messages: ChatMessage[], options?: ChatOptions) => AsyncGenerator<string, GenerationStats>) & {
+  readonly completions: ChatCompletions;
+};
+
+export class SipLLM implements CompletionEngine {
+  readonly chat: ChatFunction;
+  readonly completions: Completions;
+  readonly embeddings: Embeddings;
   private snapshot: Stats;
   private queue: Promise<void> = Promise.resolve();
   private unloaded = false;
@@ -178,6 +193,10 @@ export class SipLLM {
     private readonly cancelFlag: Int32Array | null,
   ) {
     this.snapshot = stats;
+    this.chat = Object.assign((messages: ChatMessage[], options?: ChatOptions) => this.chatStream(messages, options),
+                              { completions: new ChatCompletions(this) });
+    this.completions = new Completions(this);
+    this.embeddings = new Embeddings(this);
   }
 
   static async load(source: string | URL | ArrayBuffer | ArrayBufferView, options: LoadOptions = {}): Promise<SipLLM> {
@@ -270,7 +289,7 @@ export class SipLLM {
   // Renders the model's chat template (tokenizer.chat_template) with the
   // messages and streams the reply. A model without a template makes this
   // throw UnsupportedError, unless options.fallbackTemplate gives one.
-  async *chat(messages: ChatMessage[], options: ChatOptions = {}): AsyncGenerator<string, GenerationStats> {
+  private async *chatStream(messages: ChatMessage[], options: ChatOptions = {}): AsyncGenerator<string, GenerationStats> {
     const { addGenerationPrompt, fallbackTemplate, templateVariables, ...generateOptions } = options;
     const template = this.info.chatTemplate || fallbackTemplate;
     if (!template) {
@@ -291,7 +310,7 @@ export class SipLLM {
     const { signal, logitBias, ...rest } = options;
     if (signal?.aborted) throw abortError(signal, 'generation');
     const handle = await this.liveHandle();
-    const request: Record<string, unknown> = { ...rest };
+    const request: EngineGenerateOptions = { ...rest };
     if (logitBias !== undefined) {
       const entries = logitBias instanceof Map ? [...logitBias] : Object.entries(logitBias);
       request.logitBias = entries.map(([token, bias]) => [Number(token), bias]);
@@ -346,6 +365,30 @@ export class SipLLM {
   }
 
   // ---- Other requests --------------------------------------------------------------
+
+  // Embeddings of `texts`, one batch: the final norm's output pooled over
+  // each text's positions (options.pooling, by default the file's) and
+  // scaled to unit length. The conversation's KV cache is left as it was.
+  async embed(texts: string[], options: EmbedOptions = {}): Promise<EmbedResult> {
+    const reply = await this.exclusive((handle) => handle.request<EmbedReply>({ type: 'embed', texts, options }));
+    this.snapshot = reply.stats;
+    return { embeddings: reply.vectors, promptTokens: reply.tokens };
+  }
+
+  // A GBNF grammar (for GenerateOptions.grammar) whose sentences are the JSON
+  // documents valid under `schema` (an object, or JSON text), compiled by the
+  // engine as llama.cpp's json-schema-to-grammar does. Throws
+  // UnsupportedError naming a keyword that would constrain the value but is
+  // not compiled (pattern, uniqueItems, ...).
+  async jsonSchemaToGrammar(schema: unknown): Promise<string> {
+    const text = typeof schema === 'string' ? schema : JSON.stringify(schema);
+    return this.exclusive((handle) => handle.request<string>({ type: 'grammar', schema: text }));
+  }
+
+  // A grammar of any JSON object.
+  async jsonObjectGrammar(): Promise<string> {
+    return this.exclusive((handle) => handle.request<string>({ type: 'grammar', schema: null }));
+  }
 
   async tokenize(text: string, options: { addSpecial?: boolean; parseSpecial?: boolean } = {}): Promise<number[]> {
     return this.exclusive((handle) => handle.request<number[]>({

@@ -90,12 +90,37 @@ export interface GenerateOptions {
   minP?: number;           // <= 0: off; default 0.05
   repeatPenalty?: number;  // default 1 (off)
   repeatLastN?: number;    // default 64
+  // Subtracted from the logit of each token of the last repeatLastN: once
+  // (presence), once per occurrence (frequency), as OpenAI defines them. Default 0.
+  presencePenalty?: number;
+  frequencyPenalty?: number;
   seed?: number;           // default: random
   stop?: string[];         // generation ends before any of these
   logitBias?: Record<number, number> | Map<number, number>;  // -Infinity bans a token
   addSpecial?: boolean;    // BOS/EOS as the model asks; default true (false for chat)
   parseSpecial?: boolean;  // "<|im_start|>" in the prompt is a token; default true
+  // A GBNF grammar (llama.cpp's format, from rule `root`) every generated
+  // token must continue, whatever the sampling settings; see
+  // SipLLM.jsonSchemaToGrammar. Generation ends by itself once the grammar's
+  // sentence is complete (stopReason 'grammar complete').
+  grammar?: string;
   signal?: AbortSignal;
+}
+
+// How a text's per-position vectors become one embedding (llama.cpp's
+// pooling types): 'model' is what the file says ({arch}.pooling_type), the
+// mean when it says nothing.
+export type Pooling = 'model' | 'mean' | 'cls' | 'last';
+
+export interface EmbedOptions {
+  pooling?: Pooling;     // default 'model'
+  normalize?: boolean;   // to unit length (L2); default true
+  addSpecial?: boolean;  // BOS/EOS as the model asks; default true
+}
+
+export interface EmbedResult {
+  embeddings: Float32Array[];  // one per text, in order
+  promptTokens: number;        // tokens of all the texts
 }
 
 export interface ChatMessage {

@@ -5,8 +5,8 @@
 
 import { isNode, nodeImport } from './env.js';
 import { loadEngineModule } from './module-loader.js';
-import type { Answer, EngineModule, EngineSession, LiveUnit, Registry } from './module-loader.js';
-import type { CacheLocation, GenerateRequest, LoadRequest, Reply, Request } from './protocol.js';
+import type { Answer, EngineModule, EngineSession, JobOutcome, LiveUnit, Registry } from './module-loader.js';
+import type { CacheLocation, EmbedRequest, EmbedResult, GenerateRequest, LoadRequest, Reply, Request } from './protocol.js';
 import { DirectoryStore, OpfsStore } from './stores.js';
 import type { SyncStore } from './stores.js';
 import type { Build, GenerationStats, LoadProgress, Stats, UnitProgress, UnitState } from './types.js';
@@ -32,12 +32,6 @@ function fail(error: { kind: string; message: string } | undefined): Failure {
 function unwrap<T>(answer: Answer<T>): T {
   if (answer.error) throw fail(answer.error);
   return answer.value as T;
-}
-
-interface JobOutcome {
-  ok: boolean;
-  error?: { kind: string; message: string };
-  stats?: unknown;
 }
 
 interface Endpoint {
@@ -140,6 +134,12 @@ class EngineWorker {
         return this.load(request);
       case 'generate':
         return this.generate(request);
+      case 'embed':
+        return this.embed(request);
+      case 'grammar': {
+        const module = this.engine();
+        return unwrap(request.schema === null ? module.jsonObjectGrammar() : module.jsonSchemaToGrammar(request.schema));
+      }
       case 'tokenize':
         return Array.from(unwrap(this.open().tokenize(request.text, request.addSpecial, request.parseSpecial)));
       case 'detokenize':
@@ -287,6 +287,14 @@ class EngineWorker {
     const stats = this.snapshot();
     this.cacheKeeps = stats.cache.enabled;
     return { generation, stats };
+  }
+
+  private async embed(request: EmbedRequest): Promise<EmbedResult> {
+    const session = this.open();
+    const outcome = await this.runJob(request.id, () => session.embed(request.texts, request.options));
+    if (!outcome.ok) throw fail(outcome.error);
+    const { vectors, tokens } = outcome.embeddings as NonNullable<JobOutcome['embeddings']>;
+    return { vectors, tokens, stats: this.snapshot() };
   }
 
   private cancel(target: number): void {

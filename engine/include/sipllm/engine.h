@@ -78,6 +78,11 @@ struct SamplingOptions {
   float top_p = 0.95f;       // >= 1: off
   float min_p = 0.05f;       // <= 0: off
   float repeat_penalty = 1.0f;
+  // Subtracted from the logit of each token of the last repeat_last_n: the
+  // presence penalty once, the frequency penalty once per occurrence
+  // (OpenAI's definitions, applied as llama.cpp applies them). 0: off.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
   int repeat_last_n = 64;
   std::optional<uint64_t> seed;  // none: a random seed
   // Added to the logits before sampling (e.g. -infinity bans a token).

@@ -5,7 +5,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "sipllm/error.h"
 
@@ -39,15 +39,19 @@ int32_t Sampler::sample(std::vector<float>& logits, const std::vector<int32_t>& 
   for (const auto& [token, bias] : options_.logit_bias) {
     if (token >= 0 && token < n_vocab_) logits[static_cast<size_t>(token)] += bias;
   }
-  if (options_.repeat_penalty != 1.0f && options_.repeat_last_n != 0) {
+  const bool additive = options_.presence_penalty != 0.0f || options_.frequency_penalty != 0.0f;
+  if ((options_.repeat_penalty != 1.0f || additive) && options_.repeat_last_n != 0) {
     const size_t window = options_.repeat_last_n < 0
                               ? recent.size()
                               : std::min(recent.size(), static_cast<size_t>(options_.repeat_last_n));
-    std::unordered_set<int32_t> seen(recent.end() - static_cast<std::ptrdiff_t>(window), recent.end());
-    for (int32_t token : seen) {
+    std::unordered_map<int32_t, int> counts;
+    for (auto it = recent.end() - static_cast<std::ptrdiff_t>(window); it != recent.end(); ++it) ++counts[*it];
+    for (const auto& [token, count] : counts) {
       if (token < 0 || token >= n_vocab_) continue;
       float& l = logits[static_cast<size_t>(token)];
-      l = l > 0 ? l / options_.repeat_penalty : l * options_.repeat_penalty;
+      if (options_.repeat_penalty != 1.0f) l = l > 0 ? l / options_.repeat_penalty : l * options_.repeat_penalty;
+      // OpenAI's presence and frequency penalties, as llama.cpp applies them.
+      l -= static_cast<float>(count) * options_.frequency_penalty + options_.presence_penalty;
     }
   }
 

@@ -1,6 +1,7 @@
 // Picks the next token from logits.
 //
-// Order, as in llama.cpp: logit bias, repetition penalty, then the token
+// Order, as in llama.cpp: logit bias, repetition, presence and frequency
+// penalties, then the token
 // filter (a grammar) if any, then greedy when the temperature is <= 0;
 // otherwise top-k, softmax at the temperature, top-p, min-p, and a draw from
 // a seeded generator. The same seed and the same logits give the same tokens
