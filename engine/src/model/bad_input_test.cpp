@@ -165,6 +165,14 @@ TEST(BadInput, AFamilysMissingKeyIsNamed) {
   expect_failure(writer.to_bytes(), ErrorKind::kFormat, "missing required metadata key 'gemma3.attention.head_count'");
 }
 
+// A block count far beyond the file's tensors is refused at once, before
+// anything is made per block (a fuzzed file asked for a billion blocks).
+TEST(BadInput, ABlockCountBeyondTheTensorsIsRefused) {
+  GgufWriter writer = test::random_family_writer("qwen3");
+  writer.set_uint32("qwen3.block_count", 1u << 30);
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat, "qwen3.block_count 1073741824 is more blocks than the file's");
+}
+
 TEST(BadInput, WindowAndSoftCapsMustBeFinitePositiveNumbers) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();

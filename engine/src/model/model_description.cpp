@@ -96,6 +96,12 @@ ModelShape read_shape(const GgufFile& file, const Family& family, int context_le
   ModelShape s;
   s.dim = keys.size("embedding_length");
   s.n_layers = keys.size("block_count");
+  // Every block has tensors of its own: a count beyond the file's tensors is
+  // a damaged file, refused before anything is made per block.
+  if (static_cast<uint64_t>(s.n_layers) > file.tensors().size()) {
+    format_error(keys.key("block_count") + " " + std::to_string(s.n_layers) + " is more blocks than the file's " +
+                 std::to_string(file.tensors().size()) + " tensors can hold");
+  }
   s.hidden_dim = keys.size("feed_forward_length");
   s.n_heads = keys.size("attention.head_count");
   s.n_kv_heads = keys.size("attention.head_count_kv", s.n_heads);
