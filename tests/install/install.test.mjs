@@ -51,9 +51,14 @@ let modelUrl;
 let expected;
 let browser;
 
+// The environment of a user's shell: without what npm sets for the script
+// that runs these tests (npm_config_local_prefix would make `npm install` in
+// an app install into this repository).
+const userEnv = Object.fromEntries(Object.entries(process.env).filter(([name]) => !/^npm_/i.test(name) && name !== 'INIT_CWD'));
+
 function run(command, args, cwd) {
   try {
-    return execFileSync(command, args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+    return execFileSync(command, args, { cwd, env: userEnv, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
   } catch (error) {
     throw new Error(`${command} ${args.join(' ')} failed in ${cwd}:\n${error.stdout}\n${error.stderr}`);
   }
@@ -76,10 +81,11 @@ function createApp(template) {
 // A long-running command whose stdout line matching `ready` says it serves;
 // it is stopped after the tests. Returns the match.
 async function startProcess(command, args, cwd, ready) {
-  const child = spawn(command, args, { cwd, stdio: ['pipe', 'pipe', 'inherit'], detached: true });
+  const child = spawn(command, args, { cwd, env: userEnv, stdio: ['pipe', 'pipe', 'inherit'] });
   stoppers.push(async () => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise((done) => child.once('exit', done));
-    process.kill(-child.pid, 'SIGTERM');  // npx and what it started
+    child.kill('SIGTERM');
     await exited;
   });
   return new Promise((done, fail) => {
@@ -101,6 +107,14 @@ async function rangeServer(root, extraArgs = []) {
                                      '--exit-on-stdin-close', ...extraArgs],
                                     repoRoot, /^\{.*"url".*\}$/);
   return JSON.parse(line).url;
+}
+
+// `vite [command]` in the app, on a free port; returns its URL.
+async function startVite(app, command) {
+  const [, url] = await startProcess(process.execPath, [join(app, 'node_modules/vite/bin/vite.js'), ...command,
+                                                        '--host', '127.0.0.1', '--port', '0'],
+                                     app, /Local:\s+(http:\/\/\S+)/);
+  return url;
 }
 
 function nativeGreedy(model, prompt, tokens) {
@@ -195,8 +209,7 @@ describe('a fresh Vite app', () => {
   });
 
   test('under `vite preview` (cross-origin isolated): the threaded build generates the native text', async () => {
-    const [, url] = await startProcess('npx', ['vite', 'preview', '--host', '127.0.0.1', '--port', '0'], app,
-                                       /Local:\s+(http:\/\/\S+)/);
+    const url = await startVite(app, ['preview']);
     assertGenerated(await runPage(url), 'threaded');
   });
 
@@ -205,7 +218,7 @@ describe('a fresh Vite app', () => {
   });
 
   test('under the dev server `vite` (cross-origin isolated): the threaded build generates the native text', async () => {
-    const [, url] = await startProcess('npx', ['vite', '--host', '127.0.0.1', '--port', '0'], app, /Local:\s+(http:\/\/\S+)/);
+    const url = await startVite(app, []);
     assertGenerated(await runPage(url), 'threaded');
   });
 });
