@@ -8,8 +8,8 @@
 // run in Debian's Chromium, cross-origin isolated (the threaded build) and
 // not (the single-thread build); the Vite app also under its dev server.
 //
-//   scripts/test-install.sh            (builds the package, then runs this)
-//   node --test tests/install/         (once web/dist and web/wasm are built)
+//   scripts/test-install.sh                          (builds web/dist, then runs this)
+//   node --test tests/install/install.test.mjs       (once web/dist and web/wasm are built)
 //
 // npm installs into the apps from the registry the first time, then from
 // SIPLLM_NPM_CACHE (default build/npm-cache) with --prefer-offline.
