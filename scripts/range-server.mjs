@@ -3,7 +3,7 @@
 //
 //   node scripts/range-server.mjs --root DIR [--port 0] [--host 127.0.0.1]
 //        [--mount /PREFIX=DIR ...] [--mbps X] [--latency-ms Y] [--verbose]
-//        [--fault SPEC] [--exit-on-stdin-close]
+//        [--fault SPEC] [--no-isolation] [--exit-on-stdin-close]
 //
 // Prints {"port":N,"url":"http://HOST:N"} as one line on stdout once it listens.
 // With --exit-on-stdin-close it stops when its standard input ends, so that a
@@ -15,6 +15,8 @@
 // headers exposed) and the cross-origin isolation headers (COOP same-origin,
 // COEP require-corp, CORP cross-origin), so a page served from here can use
 // threads and fetch models from another origin served by another instance.
+// --no-isolation leaves out COOP and COEP (CORP stays): a page served so is
+// not cross-origin isolated, as on most static hosts.
 //
 // --mbps X caps the body bytes sent by all connections together at X MB/s
 // (MB = 1e6 bytes): one shared link, like a user's downlink. --latency-ms Y
@@ -235,7 +237,7 @@ function parseRange(header, size) {
 function parseArgs(argv) {
   const options = {
     root: null, port: 0, host: '127.0.0.1', mounts: [], mbps: 0, latencyMs: 0, verbose: false,
-    exitOnStdinClose: false, fault: null,
+    exitOnStdinClose: false, fault: null, isolation: true,
   };
   for (let i = 0; i < argv.length; ++i) {
     const flag = argv[i];
@@ -251,6 +253,7 @@ function parseArgs(argv) {
     else if (flag === '--verbose') options.verbose = true;
     else if (flag === '--exit-on-stdin-close') options.exitOnStdinClose = true;
     else if (flag === '--fault') options.fault = value();
+    else if (flag === '--no-isolation') options.isolation = false;
     else if (flag === '--mount') {
       const spec = value();
       const eq = spec.indexOf('=');
@@ -268,7 +271,7 @@ function parseArgs(argv) {
 
 export async function startRangeServer(opts) {
   const options = {
-    port: 0, host: '127.0.0.1', mounts: [], mbps: 0, latencyMs: 0, verbose: false, fault: null, ...opts,
+    port: 0, host: '127.0.0.1', mounts: [], mbps: 0, latencyMs: 0, verbose: false, fault: null, isolation: true, ...opts,
   };
   const mounts = options.mounts.map((m) => ({ prefix: m.prefix.replace(/\/+$/, ''), dir: resolve(m.dir) }));
   if (options.root) mounts.push({ prefix: '', dir: resolve(options.root) });
@@ -313,8 +316,10 @@ export async function startRangeServer(opts) {
     res.setHeader('Access-Control-Allow-Origin', '*');
     res.setHeader('Access-Control-Expose-Headers',
       'Content-Range, Content-Length, Accept-Ranges, ETag, Last-Modified, Retry-After');
-    res.setHeader('Cross-Origin-Opener-Policy', 'same-origin');
-    res.setHeader('Cross-Origin-Embedder-Policy', 'require-corp');
+    if (options.isolation) {
+      res.setHeader('Cross-Origin-Opener-Policy', 'same-origin');
+      res.setHeader('Cross-Origin-Embedder-Policy', 'require-corp');
+    }
     res.setHeader('Cross-Origin-Resource-Policy', 'cross-origin');
     // Every request must reach the server, so that tests can count them.
     res.setHeader('Cache-Control', 'no-store');

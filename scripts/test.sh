@@ -25,6 +25,11 @@ scripts/build-wasm.sh
 npm ci --no-audit --no-fund
 npm test --workspace web
 
+# The package as users install it: npm pack, installed into a fresh Vite app,
+# webpack app and Node script, built, and run in Chromium and Node against the
+# range server, compared with the native CLI (tests/install/).
+scripts/test-install.sh
+
 # The demo page end to end in Debian's Chromium (Playwright): on its dev server
 # and as a production build, against the range server, compared with the
 # native CLI built above; and the reduced fault matrix in a Chromium page

@@ -6,7 +6,7 @@ export const isNode: boolean =
   typeof process.versions.node === 'string' && typeof (globalThis as { window?: unknown }).window === 'undefined';
 
 export function nodeImport<T>(name: string): Promise<T> {
-  return import(/* @vite-ignore */ name) as Promise<T>;
+  return import(/* @vite-ignore */ /* webpackIgnore: true */ name) as Promise<T>;
 }
 
 // SharedArrayBuffer is usable: a cross-origin isolated page (or its workers), or Node.

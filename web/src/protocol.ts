@@ -13,7 +13,7 @@ export interface InitRequest {
   type: 'init';
   id: number;
   build: Build;
-  wasmBaseUrl: string;
+  wasmBaseUrl: string | null;  // null: the package's own files
   poolSize: number;
   // Shared with the page when SharedArrayBuffer is usable: the page writes the
   // id of a request to cancel into element 0, so that a worker busy in a

@@ -48,7 +48,7 @@ interface Plan {
   build: Build;
   threads: number;
   poolSize: number;
-  wasmBaseUrl: string;
+  wasmBaseUrl: string | null;
   cache: CacheLocation | null;
   engineOptions: Record<string, unknown>;
   memoryBudget: number | null;
@@ -56,14 +56,11 @@ interface Plan {
   onProgress?: (event: LoadProgress) => void;
 }
 
-function defaultWasmBaseUrl(): string {
-  return new URL(/* @vite-ignore */ '../wasm/', import.meta.url).href;
-}
-
 // The worker resolves URLs against its own script, not the page: make a
-// relative base ("/assets/wasm/") absolute here, against the page.
-function resolveWasmBaseUrl(given: string | URL | undefined): string {
-  if (given === undefined) return defaultWasmBaseUrl();
+// relative base ("/assets/wasm/") absolute here, against the page. null: the
+// package's own files, which the worker locates itself (module-loader.ts).
+function resolveWasmBaseUrl(given: string | URL | undefined): string | null {
+  if (given === undefined) return null;
   const base = typeof location !== 'undefined' ? location.href : import.meta.url;
   return new URL(String(given), base).href;
 }

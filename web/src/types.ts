@@ -22,7 +22,8 @@ export interface LoadOptions {
   // Which WebAssembly build: 'auto' picks 'threaded' when SharedArrayBuffer
   // is usable (a cross-origin isolated page, or Node) and 'single' otherwise.
   build?: 'auto' | Build;
-  // Where sipllm-*.js/.wasm are served from. Default: the package's wasm/.
+  // Where sipllm-*.js/.wasm are served from. Default: the package's own
+  // wasm/ files, wherever the app's bundler emitted them.
   wasmBaseUrl?: string | URL;
   contextLength?: number;      // tokens; default: the model's own
   kvCacheType?: 'f16' | 'f32'; // how the KV cache keeps keys and values; default 'f16' (as llama.cpp)

@@ -39,15 +39,17 @@ interface Endpoint {
   listen(handler: (request: Request) => void): void;
 }
 
-async function connect(): Promise<Endpoint> {
-  if (isNode) {
-    const { parentPort } = await nodeImport<typeof import('node:worker_threads')>('node:worker_threads');
-    if (parentPort === null) throw new Error('the engine worker must run in a worker thread');
-    return {
-      post: (reply) => parentPort.postMessage(reply),
-      listen: (handler) => parentPort.on('message', handler),
-    };
-  }
+// Node's port queues the messages that arrive before its listener is set.
+async function nodeEndpoint(): Promise<Endpoint> {
+  const { parentPort } = await nodeImport<typeof import('node:worker_threads')>('node:worker_threads');
+  if (parentPort === null) throw new Error('the engine worker must run in a worker thread');
+  return {
+    post: (reply) => parentPort.postMessage(reply),
+    listen: (handler) => parentPort.on('message', handler),
+  };
+}
+
+function webEndpoint(): Endpoint {
   const scope = globalThis as unknown as {
     postMessage(message: unknown): void;
     onmessage: ((event: { data: Request }) => void) | null;
@@ -416,6 +418,13 @@ class EngineWorker {
   }
 }
 
-const endpoint = await connect();
-const worker = new EngineWorker(endpoint);
-endpoint.listen((request) => worker.receive(request));
+function serve(endpoint: Endpoint): void {
+  const worker = new EngineWorker(endpoint);
+  endpoint.listen((request) => worker.receive(request));
+}
+
+// Without top-level await, so that a bundler may also build this worker as a
+// classic script (Vite's default worker format, 'iife'). A Web Worker must
+// listen before its script ends, or the first messages are lost.
+if (isNode) void nodeEndpoint().then(serve);
+else serve(webEndpoint());
