@@ -60,7 +60,7 @@ import { readVocab } from './gguf-vocab.mjs';
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 
-const SHAPES = ['smollm-135m', 'qwen2.5-0.5b', 'qwen3-0.6b', 'llama-3.2-1b'];
+const SHAPES = ['smollm-135m', 'qwen2.5-0.5b', 'qwen3-0.6b', 'gemma3-1b', 'llama-3.2-1b'];
 // The models' own vocabularies where the project carries them
 // (tests/fixtures/vocab), so that the output head is as heavy as the real
 // model's: 151,936 rows for Qwen3, 128,256 for Llama 3.
@@ -100,7 +100,7 @@ setup:
                        instead of web/wasm
   --models-dir DIR     where the generated models live (default build/bench-models)
   --vocab FILE         vocab GGUF for new models (default: the shape's own
-                       for qwen3-0.6b and llama-3.2-1b, else llama.cpp's
+                       for qwen3-0.6b, gemma3-1b and llama-3.2-1b, else llama.cpp's
                        llama-spm vocabulary the native build unpacks into
                        build/native/tests/fixtures/models/llama.cpp-vocab)
   --cli FILE           the native CLI (default $SIPLLM_CLI or build/native/engine/sipllm)
