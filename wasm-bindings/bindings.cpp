@@ -1,6 +1,7 @@
 // The Embind surface of the engine: JavaScript objects in, JavaScript objects
 // out, nothing else. Option objects use the engine's defaults for every field
-// left undefined; numbers of bytes travel as doubles (exact below 2^53).
+// left undefined; numbers of bytes travel as doubles (exact below 2^53). Which
+// options there are is declared once, in bridge_options.h.
 //
 //   const s = new Module.Session(id);
 //   s.openUrl(url, options) / s.openBytes(bytesId, size, name, options)
@@ -17,13 +18,17 @@
 #include <emscripten/heap.h>
 #include <emscripten/val.h>
 
+#include <cctype>
 #include <cmath>
 #include <functional>
+#include <limits>
+#include <map>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
-#include <cctype>
-
+#include "bridge_options.h"
 #include "js_host.h"
 #include "session.h"
 #include "sipllm/error.h"
@@ -40,46 +45,114 @@ bool has(const val& object, const char* key) {
   return !v.isUndefined() && !v.isNull();
 }
 
-double number(const val& object, const char* key, double fallback) {
-  if (!has(object, key)) return fallback;
-  const val v = object[key];
-  if (v.typeOf().as<std::string>() != "number") {
-    throw Error(ErrorKind::kInvalidArgument, std::string("option '") + key + "' must be a number");
-  }
+[[noreturn]] void bad_option(const OptionSpec& spec, const std::string& must) {
+  throw Error(ErrorKind::kInvalidArgument, "option '" + std::string(spec.js_name) + "' " + must);
+}
+
+double number(const val& v, const OptionSpec& spec) {
+  if (v.typeOf().as<std::string>() != "number") bad_option(spec, "must be a number");
   const double d = v.as<double>();
-  if (std::isnan(d)) throw Error(ErrorKind::kInvalidArgument, std::string("option '") + key + "' is NaN");
+  if (std::isnan(d)) bad_option(spec, "is NaN");
+  if (spec.range == OptionRange::kNonNegative && d < 0) bad_option(spec, "must be a number >= 0");
   return d;
 }
 
-int integer(const val& object, const char* key, int fallback) {
-  const double d = number(object, key, fallback);
-  if (d != std::floor(d) || std::abs(d) > 2147483647.0) {
-    throw Error(ErrorKind::kInvalidArgument, std::string("option '") + key + "' must be an integer");
-  }
+int integer(const val& v, const OptionSpec& spec) {
+  const double d = number(v, spec);
+  if (d != std::floor(d) || std::abs(d) > 2147483647.0) bad_option(spec, "must be an integer");
   return static_cast<int>(d);
 }
 
-bool boolean(const val& object, const char* key, bool fallback) {
-  return has(object, key) ? object[key].as<bool>() : fallback;
+uint64_t byte_count(const val& v, const OptionSpec& spec) {
+  const double d = number(v, spec);
+  if (d < 0 || d != std::floor(d)) bad_option(spec, "must be a whole number of bytes");
+  return d >= 1.8e19 ? kUnlimitedBudget : static_cast<uint64_t>(d);
 }
 
-std::string text(const val& object, const char* key, const std::string& fallback) {
-  if (!has(object, key)) return fallback;
-  const val v = object[key];
-  if (v.typeOf().as<std::string>() != "string") {
-    throw Error(ErrorKind::kInvalidArgument, std::string("option '") + key + "' must be a string");
-  }
+std::string text(const val& v, const OptionSpec& spec) {
+  if (v.typeOf().as<std::string>() != "string") bad_option(spec, "must be a string");
   return v.as<std::string>();
 }
 
-uint64_t byte_count(const val& object, const char* key, uint64_t fallback) {
-  if (!has(object, key)) return fallback;
-  const double d = number(object, key, 0);
-  if (d < 0 || d != std::floor(d)) {
-    throw Error(ErrorKind::kInvalidArgument, std::string("option '") + key + "' must be a whole number of bytes");
+// The index of the value among spec.choices: the enum's value.
+int choice(const val& v, const OptionSpec& spec) {
+  const std::string given = text(v, spec);
+  std::string names;
+  for (size_t i = 0; i < spec.choices.size(); ++i) {
+    if (spec.choices[i] == given) return static_cast<int>(i);
+    names += (i == 0 ? "" : i + 1 == spec.choices.size() ? " or " : ", ") + ("'" + std::string(spec.choices[i]) + "'");
   }
-  return d >= 1.8e19 ? kUnlimitedBudget : static_cast<uint64_t>(d);
+  bad_option(spec, "must be " + names + ", not '" + given + "'");
 }
+
+std::vector<std::string> string_array(const val& array, const std::string& what);
+
+// Sets `field` from object[spec.js_name] as `Type` says; an undefined or null
+// value leaves the field's default. `field` is the C++ options' own member
+// (bridge_options.h names it): a list whose type does not fit its member does
+// not compile.
+template <OptionType Type, class Field>
+void read_option(const val& object, const OptionSpec& spec, Field& field) {
+  if (!has(object, spec.js_name.data())) return;
+  const val v = object[spec.js_name.data()];
+  if constexpr (Type == OptionType::kBoolean) {
+    static_assert(std::is_same_v<Field, bool>);
+    field = v.as<bool>();
+  } else if constexpr (Type == OptionType::kInteger) {
+    static_assert(std::is_same_v<Field, int>);
+    field = integer(v, spec);
+  } else if constexpr (Type == OptionType::kNumber) {
+    static_assert(std::is_floating_point_v<Field>);
+    field = static_cast<Field>(number(v, spec));
+  } else if constexpr (Type == OptionType::kByteCount) {
+    static_assert(std::is_unsigned_v<Field> && sizeof(Field) >= sizeof(uint32_t));
+    const uint64_t bytes = byte_count(v, spec);
+    if (bytes > std::numeric_limits<Field>::max()) bad_option(spec, "is too large");
+    field = static_cast<Field>(bytes);
+  } else if constexpr (Type == OptionType::kSafeWhole) {
+    static_assert(std::is_same_v<Field, std::optional<uint64_t>>);
+    const double d = number(v, spec);
+    if (d < 0 || d != std::floor(d) || d > 9007199254740991.0) bad_option(spec, "must be a whole number from 0 to 2^53 - 1");
+    field = static_cast<uint64_t>(d);
+  } else if constexpr (Type == OptionType::kText) {
+    static_assert(std::is_same_v<Field, std::string>);
+    field = text(v, spec);
+  } else if constexpr (Type == OptionType::kTextList) {
+    static_assert(std::is_same_v<Field, std::vector<std::string>>);
+    field = string_array(v, "option '" + std::string(spec.js_name) + "'");
+  } else if constexpr (Type == OptionType::kTokenBiases) {
+    static_assert(std::is_same_v<Field, std::map<int32_t, float>>);
+    if (!v.isArray()) bad_option(spec, "must be an array of [token, bias] pairs");
+    const int n = v["length"].as<int>();
+    for (int i = 0; i < n; ++i) field[v[i][0].as<int32_t>()] = v[i][1].as<float>();
+  } else {
+    static_assert(Type == OptionType::kChoice && std::is_enum_v<Field>);
+    field = static_cast<Field>(choice(v, spec));
+  }
+}
+
+#define SIPLLM_READ_OPTION(js_name, type, range, audience, choices, member, doc) \
+  read_option<OptionType::type>(object, SIPLLM_OPTION_SPEC(js_name, type, range, audience, choices, member, doc), options.member);
+
+OpenOptions open_options(const val& object) {
+  OpenOptions options;
+  SIPLLM_OPEN_OPTIONS(SIPLLM_READ_OPTION)
+  return options;
+}
+
+GenerateOptions generate_options(const val& object) {
+  GenerateOptions options;
+  SIPLLM_GENERATE_OPTIONS(SIPLLM_READ_OPTION)
+  return options;
+}
+
+EmbedOptions embed_options(const val& object) {
+  EmbedOptions options;
+  SIPLLM_EMBED_OPTIONS(SIPLLM_READ_OPTION)
+  return options;
+}
+
+#undef SIPLLM_READ_OPTION
 
 std::vector<int32_t> int_array(const val& array) {
   std::vector<int32_t> out;
@@ -89,102 +162,15 @@ std::vector<int32_t> int_array(const val& array) {
   return out;
 }
 
-OpenOptions open_options(const val& o) {
-  OpenOptions options;
-  EngineOptions& e = options.engine;
-  e.threads = integer(o, "threads", e.threads);
-  e.loader.memory_budget = byte_count(o, "memoryBudget", e.loader.memory_budget);
-  e.loader.n_buffers = integer(o, "ringBuffers", e.loader.n_buffers);
-  e.loader.load_threads = integer(o, "loadThreads", e.loader.load_threads);
-  e.loader.read_chunk_bytes = static_cast<size_t>(byte_count(o, "readChunkBytes", e.loader.read_chunk_bytes));
-  e.prefill_chunk = integer(o, "prefillChunk", e.prefill_chunk);
-  e.context_length = integer(o, "contextLength", e.context_length);
-  if (has(o, "kvCacheType")) {
-    const std::string kv = o["kvCacheType"].as<std::string>();
-    if (kv != "f16" && kv != "f32") {
-      throw Error(ErrorKind::kInvalidArgument, "option 'kvCacheType' must be 'f16' or 'f32', not '" + kv + "'");
-    }
-    e.kv_cache_type = kv == "f16" ? KvCacheType::kF16 : KvCacheType::kF32;
-  }
-  HttpSourceOptions& h = options.http;
-  h.parallel_requests = integer(o, "parallelRequests", h.parallel_requests);
-  h.max_retries = integer(o, "maxRetries", h.max_retries);
-  h.backoff_ms = number(o, "backoffMs", h.backoff_ms);
-  h.page_bytes = byte_count(o, "cachePageBytes", h.page_bytes);
-  h.allow_whole_file = boolean(o, "allowWholeFile", h.allow_whole_file);
-  h.read_timeout_ms = number(o, "readTimeoutMs", h.read_timeout_ms);
-  h.max_retry_after_ms = number(o, "maxRetryAfterMs", h.max_retry_after_ms);
-  options.cache_store_id = integer(o, "cacheStoreId", 0);
-  return options;
-}
-
-GenerateOptions generate_options(const val& o) {
-  GenerateOptions options;
-  options.max_tokens = integer(o, "maxTokens", options.max_tokens);
-  SamplingOptions& s = options.sampling;
-  s.temperature = static_cast<float>(number(o, "temperature", s.temperature));
-  s.top_k = integer(o, "topK", s.top_k);
-  s.top_p = static_cast<float>(number(o, "topP", s.top_p));
-  s.min_p = static_cast<float>(number(o, "minP", s.min_p));
-  s.repeat_penalty = static_cast<float>(number(o, "repeatPenalty", s.repeat_penalty));
-  s.repeat_last_n = integer(o, "repeatLastN", s.repeat_last_n);
-  s.presence_penalty = static_cast<float>(number(o, "presencePenalty", s.presence_penalty));
-  s.frequency_penalty = static_cast<float>(number(o, "frequencyPenalty", s.frequency_penalty));
-  if (has(o, "seed")) {
-    const double seed = number(o, "seed", 0);
-    if (seed < 0 || seed != std::floor(seed) || seed > 9007199254740991.0) {
-      throw Error(ErrorKind::kInvalidArgument, "option 'seed' must be a whole number from 0 to 2^53 - 1");
-    }
-    s.seed = static_cast<uint64_t>(seed);
-  }
-  if (has(o, "logitBias")) {
-    // [[token, bias], ...]
-    const val pairs = o["logitBias"];
-    const int n = pairs["length"].as<int>();
-    for (int i = 0; i < n; ++i) {
-      s.logit_bias[pairs[i][0].as<int32_t>()] = pairs[i][1].as<float>();
-    }
-  }
-  if (has(o, "stop")) {
-    const val stop = o["stop"];
-    const int n = stop["length"].as<int>();
-    for (int i = 0; i < n; ++i) options.stop.push_back(stop[i].as<std::string>());
-  }
-  options.add_special = boolean(o, "addSpecial", options.add_special);
-  options.parse_special = boolean(o, "parseSpecial", options.parse_special);
-  options.grammar = text(o, "grammar", options.grammar);
-  return options;
-}
-
-EmbedOptions embed_options(const val& o) {
-  EmbedOptions options;
-  const std::string pooling = text(o, "pooling", "model");
-  if (pooling == "model") {
-    options.pooling = Pooling::kModel;
-  } else if (pooling == "mean") {
-    options.pooling = Pooling::kMean;
-  } else if (pooling == "cls") {
-    options.pooling = Pooling::kCls;
-  } else if (pooling == "last") {
-    options.pooling = Pooling::kLast;
-  } else {
-    throw Error(ErrorKind::kInvalidArgument,
-                "option 'pooling' must be 'model', 'mean', 'cls' or 'last', not '" + pooling + "'");
-  }
-  options.normalize = boolean(o, "normalize", options.normalize);
-  options.add_special = boolean(o, "addSpecial", options.add_special);
-  return options;
-}
-
-std::vector<std::string> string_array(const val& array, const char* what) {
-  if (!array.isArray()) throw Error(ErrorKind::kInvalidArgument, std::string(what) + " must be an array of strings");
+std::vector<std::string> string_array(const val& array, const std::string& what) {
+  if (!array.isArray()) throw Error(ErrorKind::kInvalidArgument, what + " must be an array of strings");
   std::vector<std::string> out;
   const int n = array["length"].as<int>();
   out.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     const val item = array[i];
     if (item.typeOf().as<std::string>() != "string") {
-      throw Error(ErrorKind::kInvalidArgument, std::string(what) + "[" + std::to_string(i) + "] must be a string");
+      throw Error(ErrorKind::kInvalidArgument, what + "[" + std::to_string(i) + "] must be a string");
     }
     out.push_back(item.as<std::string>());
   }
