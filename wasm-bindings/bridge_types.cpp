@@ -46,7 +46,7 @@ std::string typescript_type(const OptionSpec& spec) {
       std::string out;
       for (std::string_view choice : spec.choices) {
         if (!out.empty()) out += " | ";
-        out += "'" + std::string(choice) + "'";
+        out.append("'").append(choice).append("'");
       }
       return out;
     }
