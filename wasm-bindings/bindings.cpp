@@ -1,7 +1,8 @@
 // The Embind surface of the engine: JavaScript objects in, JavaScript objects
 // out, nothing else. Option objects use the engine's defaults for every field
-// left undefined; numbers of bytes travel as doubles (exact below 2^53). Which
-// options there are is declared once, in bridge_options.h.
+// left undefined; numbers of bytes travel as doubles (exact below 2^53). The
+// options read and the results written (model info, statistics) are declared
+// once, in bridge_options.h and bridge_results.h.
 //
 //   const s = new Module.Session(id);
 //   s.openUrl(url, options) / s.openBytes(bytesId, size, name, options)
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "bridge_options.h"
+#include "bridge_results.h"
 #include "js_host.h"
 #include "session.h"
 #include "sipllm/error.h"
@@ -197,90 +199,7 @@ val answer(const std::function<val()>& fn) {
   return out;
 }
 
-val loader_stats_object(const LoaderStats& s) {
-  val o = val::object();
-  o.set("prefetchHits", static_cast<double>(s.prefetch_hits));
-  o.set("prefetchMisses", static_cast<double>(s.prefetch_misses));
-  o.set("residentHits", static_cast<double>(s.resident_hits));
-  o.set("unitsLoaded", static_cast<double>(s.units_loaded));
-  o.set("bytesRead", static_cast<double>(s.bytes_read));
-  o.set("bytesConsumed", static_cast<double>(s.bytes_consumed));
-  o.set("embeddingBytesRead", static_cast<double>(s.embedding_bytes_read));
-  o.set("ioMs", s.io_ms);
-  o.set("prepareMs", s.prepare_ms);
-  o.set("waitMs", s.wait_ms);
-  o.set("computeMs", s.compute_ms);
-  o.set("residentBytes", static_cast<double>(s.resident_bytes));
-  o.set("ringBytes", static_cast<double>(s.ring_bytes));
-  o.set("peakWeightBytes", static_cast<double>(s.peak_weight_bytes));
-  o.set("memoryBudget", s.memory_budget == kUnlimitedBudget ? -1.0 : static_cast<double>(s.memory_budget));
-  o.set("workingBytes", static_cast<double>(s.working_bytes));
-  o.set("residentUnits", s.resident_units);
-  o.set("streamedUnits", s.streamed_units);
-  o.set("loadThreads", s.load_threads);
-  val units = val::array();
-  for (size_t i = 0; i < s.units.size(); ++i) {
-    const UnitCounters& c = s.units[i];
-    val u = val::object();
-    u.set("name", c.name);
-    u.set("loads", static_cast<double>(c.loads));
-    u.set("bytes", static_cast<double>(c.bytes));
-    u.set("ioMs", c.io_ms);
-    u.set("prepareMs", c.prepare_ms);
-    u.set("computeMs", c.compute_ms);
-    u.set("waitMs", c.wait_ms);
-    u.set("resident", c.resident);
-    units.set(i, u);
-  }
-  o.set("units", units);
-  val timeline = val::array();
-  for (size_t i = 0; i < s.timeline.size(); ++i) {
-    const UnitEvent& e = s.timeline[i];
-    val t = val::object();
-    t.set("unit", e.unit);
-    t.set("ioStartMs", e.io_start_ms);
-    t.set("ioEndMs", e.io_end_ms);
-    t.set("prepareEndMs", e.prepare_end_ms);
-    t.set("computeStartMs", e.compute_start_ms);
-    t.set("computeEndMs", e.compute_end_ms);
-    t.set("hit", e.hit);
-    t.set("resident", e.resident);
-    timeline.set(i, t);
-  }
-  o.set("timeline", timeline);
-  return o;
-}
-
-val generation_object(const GenerationStats& s) {
-  val o = val::object();
-  o.set("promptTokens", s.prompt_tokens);
-  o.set("reusedTokens", s.reused_tokens);
-  o.set("generatedTokens", s.generated_tokens);
-  o.set("promptMs", s.prompt_ms);
-  o.set("decodeMs", s.decode_ms);
-  o.set("ttftMs", s.ttft_ms);
-  o.set("promptTokensPerS", s.prompt_tokens_per_s());
-  o.set("decodeTokensPerS", s.decode_tokens_per_s());
-  o.set("stopReason", std::string(stop_reason_name(s.stop_reason)));
-  o.set("prefillBytesRead", static_cast<double>(s.prefill_bytes_read));
-  o.set("decodeBytesRead", static_cast<double>(s.decode_bytes_read));
-  o.set("kvCacheBytes", static_cast<double>(s.kv_cache_bytes));
-  o.set("loader", loader_stats_object(s.loader));
-  return o;
-}
-
-val source_object(const HttpSourceStats& s) {
-  val o = val::object();
-  o.set("requests", static_cast<double>(s.requests));
-  o.set("retries", static_cast<double>(s.retries));
-  o.set("bytesFetched", static_cast<double>(s.bytes_fetched));
-  o.set("bytesFromCache", static_cast<double>(s.bytes_from_cache));
-  o.set("openedFromCache", s.opened_from_cache);
-  o.set("wholeFile", s.whole_file);
-  o.set("caching", s.caching);
-  o.set("cacheError", s.cache_error);
-  return o;
-}
+// ---- Results, written from the lists of bridge_results.h ---------------------------
 
 std::string camel_case(const std::string& snake) {
   std::string out;
@@ -296,29 +215,107 @@ std::string camel_case(const std::string& snake) {
   return out;
 }
 
-val info_object(const ModelInfo& m) {
+// Each listed struct as an object, declared before the templates that call
+// them: the structs live in namespace sipllm, where argument-dependent lookup
+// would not find these.
+val to_js(const UnitCounters& s);
+val to_js(const UnitEvent& s);
+val to_js(const LoaderStats& s);
+val to_js(const GenerationStats& s);
+val to_js(const HttpSourceStats& s);
+val to_js(const ModelInfo& s);
+val to_js(const CachedModel& s);
+
+// The hyper-parameters as the engine lists them, snake_case names in camelCase.
+val to_js(const std::vector<Hyperparameter>& hyperparameters) {
   val o = val::object();
-  o.set("architecture", m.architecture);
-  o.set("name", m.name);
-  // The hyper-parameters as the engine lists them, snake_case names in camelCase.
-  val hyperparameters = val::object();
-  for (const Hyperparameter& h : m.hyperparameters) hyperparameters.set(camel_case(h.name), h.value);
-  o.set("hyperparameters", hyperparameters);
-  o.set("ggufVersion", m.gguf_version);
-  o.set("fileBytes", static_cast<double>(m.file_bytes));
-  o.set("weightBytes", static_cast<double>(m.weight_bytes));
-  o.set("tiedOutput", m.tied_output);
-  val types = val::object();
-  for (const auto& [type, count] : m.tensors_by_type) types.set(type, count);
-  o.set("tensorsByType", types);
-  o.set("tokenizer", m.tokenizer);
-  o.set("bos", m.bos);
-  o.set("eos", m.eos);
-  o.set("bosText", m.bos_text);
-  o.set("eosText", m.eos_text);
-  o.set("chatTemplate", m.chat_template);
+  for (const Hyperparameter& h : hyperparameters) o.set(camel_case(h.name), h.value);
   return o;
 }
+
+val to_js(const std::map<std::string, int>& counts) {
+  val o = val::object();
+  for (const auto& [name, count] : counts) o.set(name, count);
+  return o;
+}
+
+template <class Item>
+val to_js(const std::vector<Item>& items) {
+  val array = val::array();
+  for (size_t i = 0; i < items.size(); ++i) array.set(i, to_js(items[i]));
+  return array;
+}
+
+// Sets object[js_name] from `field` as `Type` says (bridge_results.h); a
+// list whose type does not fit its member does not compile.
+template <ResultType Type, class Field>
+void write_field(val& object, const char* js_name, const Field& field) {
+  if constexpr (Type == ResultType::kNumber) {
+    static_assert(std::is_arithmetic_v<Field> && !std::is_same_v<Field, bool>);
+    object.set(js_name, static_cast<double>(field));
+  } else if constexpr (Type == ResultType::kBoolean) {
+    static_assert(std::is_same_v<Field, bool>);
+    object.set(js_name, field);
+  } else if constexpr (Type == ResultType::kText) {
+    static_assert(std::is_same_v<Field, std::string>);
+    object.set(js_name, field);
+  } else if constexpr (Type == ResultType::kBudget) {
+    static_assert(std::is_same_v<Field, uint64_t>);
+    object.set(js_name, field == kUnlimitedBudget ? -1.0 : static_cast<double>(field));
+  } else if constexpr (Type == ResultType::kName) {
+    static_assert(std::is_same_v<Field, StopReason>);
+    object.set(js_name, std::string(stop_reason_name(field)));
+  } else {
+    static_assert(Type == ResultType::kNested);
+    object.set(js_name, to_js(field));
+  }
+}
+
+#define SIPLLM_WRITE_FIELD(js_name, type, member, ts, doc) write_field<ResultType::type>(o, #js_name, s.member);
+
+val to_js(const UnitCounters& s) {
+  val o = val::object();
+  SIPLLM_UNIT_COUNTERS_FIELDS(SIPLLM_WRITE_FIELD)
+  return o;
+}
+
+val to_js(const UnitEvent& s) {
+  val o = val::object();
+  SIPLLM_UNIT_EVENT_FIELDS(SIPLLM_WRITE_FIELD)
+  return o;
+}
+
+val to_js(const LoaderStats& s) {
+  val o = val::object();
+  SIPLLM_LOADER_STATS_FIELDS(SIPLLM_WRITE_FIELD)
+  return o;
+}
+
+val to_js(const GenerationStats& s) {
+  val o = val::object();
+  SIPLLM_GENERATION_STATS_FIELDS(SIPLLM_WRITE_FIELD)
+  return o;
+}
+
+val to_js(const HttpSourceStats& s) {
+  val o = val::object();
+  SIPLLM_SOURCE_STATS_FIELDS(SIPLLM_WRITE_FIELD)
+  return o;
+}
+
+val to_js(const ModelInfo& s) {
+  val o = val::object();
+  SIPLLM_MODEL_INFO_FIELDS(SIPLLM_WRITE_FIELD)
+  return o;
+}
+
+val to_js(const CachedModel& s) {
+  val o = val::object();
+  SIPLLM_CACHED_MODEL_FIELDS(SIPLLM_WRITE_FIELD)
+  return o;
+}
+
+#undef SIPLLM_WRITE_FIELD
 
 // ---- Session methods as JavaScript sees them ---------------------------------------
 
@@ -374,7 +371,7 @@ val take_result(Session& s) {
   val out = val::object();
   out.set("ok", r.ok);
   if (!r.ok) out.set("error", error_object(r.error_kind, r.error_message));
-  if (r.stats) out.set("stats", generation_object(*r.stats));
+  if (r.stats) out.set("stats", to_js(*r.stats));
   if (r.embeddings) {
     val vectors = val::array();
     for (size_t i = 0; i < r.embeddings->vectors.size(); ++i) {
@@ -391,7 +388,7 @@ val take_result(Session& s) {
 }
 
 val info(Session& s) {
-  return answer([&] { return info_object(s.info()); });
+  return answer([&] { return to_js(s.info()); });
 }
 
 val tokenize(Session& s, const std::string& text, bool add_special, bool parse_special) {
@@ -447,12 +444,12 @@ val live_units(Session& s) {
 val stats(Session& s) {
   return answer([&] {
     val o = val::object();
-    o.set("loader", loader_stats_object(s.loader_stats()));
+    o.set("loader", to_js(s.loader_stats()));
     o.set("kvCacheBytes", static_cast<double>(s.kv_cache_bytes()));
     // Memory only grows, so this is also the peak.
     o.set("heapBytes", static_cast<double>(emscripten_get_heap_size()));
-    if (const auto source = s.source_stats()) o.set("source", source_object(*source));
-    if (const auto last = s.last_generation()) o.set("lastGeneration", generation_object(*last));
+    if (const auto source = s.source_stats()) o.set("source", to_js(*source));
+    if (const auto last = s.last_generation()) o.set("lastGeneration", to_js(*last));
     return o;
   });
 }
@@ -464,18 +461,7 @@ bool busy(Session& s) { return s.busy(); }
 val list_cached_models_js(int store_id) {
   return answer([&] {
     const std::shared_ptr<CacheStore> store = make_js_store(store_id);
-    val out = val::array();
-    const std::vector<CachedModel> models = list_cached_models(*store);
-    for (size_t i = 0; i < models.size(); ++i) {
-      val m = val::object();
-      m.set("url", models[i].url);
-      m.set("size", static_cast<double>(models[i].size));
-      m.set("cachedBytes", static_cast<double>(models[i].cached_bytes));
-      m.set("etag", models[i].etag);
-      m.set("lastModified", models[i].last_modified);
-      out.set(i, m);
-    }
-    return out;
+    return to_js(list_cached_models(*store));
   });
 }
 

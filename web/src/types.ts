@@ -2,7 +2,19 @@
 // options the engine itself reads are declared with the bindings
 // (wasm-bindings/bridge_options.h) and arrive here from bridge.generated.ts.
 
-import type { EngineEmbedOptions, EngineGenerateOptions, EngineLoadOptions } from './bridge.generated.js';
+import type {
+  CachedModel,
+  EngineEmbedOptions,
+  EngineGenerateOptions,
+  EngineGenerationStats,
+  EngineLoadOptions,
+  LoaderStats,
+  ModelInfo,
+  SourceStats,
+} from './bridge.generated.js';
+
+// The engine's results, as bindings.cpp writes them.
+export type { CachedModel, LoaderStats, ModelInfo, SourceStats, UnitCounters, UnitEvent } from './bridge.generated.js';
 
 export type Build = 'threaded' | 'single';
 
@@ -124,99 +136,11 @@ export interface ModelHyperparameters {
   finalSoftcap?: number;
 }
 
-export interface ModelInfo {
-  architecture: string;  // general.architecture: 'llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'phi3', 'smollm3'
-  name: string;
-  hyperparameters: ModelHyperparameters;
-  ggufVersion: number;
-  fileBytes: number;
-  weightBytes: number;
-  tiedOutput: boolean;
-  tensorsByType: Record<string, number>;
-  tokenizer: string;
-  bos: number;
-  eos: number;
-  bosText: string;
-  eosText: string;
-  chatTemplate: string;  // '' when the model has none
-}
-
-export interface UnitCounters {
-  name: string;
-  loads: number;
-  bytes: number;
-  ioMs: number;
-  prepareMs: number;
-  computeMs: number;
-  waitMs: number;
-  resident: boolean;
-}
-
-// One load of one unit (block or output-head piece) and its use; times in ms
-// since the loader started, 0 where a phase did not happen.
-export interface UnitEvent {
-  unit: number;
-  ioStartMs: number;
-  ioEndMs: number;
-  prepareEndMs: number;
-  computeStartMs: number;
-  computeEndMs: number;
-  hit: boolean;       // ready when asked for
-  resident: boolean;  // served from resident memory
-}
-
-export interface LoaderStats {
-  prefetchHits: number;
-  prefetchMisses: number;
-  residentHits: number;
-  unitsLoaded: number;
-  bytesRead: number;
-  bytesConsumed: number;
-  embeddingBytesRead: number;
-  ioMs: number;
-  prepareMs: number;
-  waitMs: number;
-  computeMs: number;
-  residentBytes: number;
-  ringBytes: number;
-  peakWeightBytes: number;
-  memoryBudget: number;  // bytes the engine may take; -1: no budget
-  workingBytes: number;  // of those, activations, scratch and the KV cache so far
-  residentUnits: number;
-  streamedUnits: number;
-  loadThreads: number;         // units loaded side by side (0: the sync loader)
-  units: UnitCounters[];
-  timeline: UnitEvent[];
-}
-
-export interface GenerationStats {
-  promptTokens: number;
-  reusedTokens: number;
-  generatedTokens: number;
-  promptMs: number;
-  decodeMs: number;
-  ttftMs: number;
-  promptTokensPerS: number;
-  decodeTokensPerS: number;
-  stopReason: string;  // 'end of text' | 'max tokens' | 'stop string' | 'cancelled' | ...
-  prefillBytesRead: number;
-  decodeBytesRead: number;
-  kvCacheBytes: number;
-  loader: LoaderStats;
+// A generation's figures: the engine's, and tokensAtCancel.
+export interface GenerationStats extends EngineGenerationStats {
   // When the request was cancelled: tokens it had produced when the engine
   // was told (generatedTokens - tokensAtCancel is at most 1).
   tokensAtCancel?: number;
-}
-
-export interface SourceStats {
-  requests: number;
-  retries: number;
-  bytesFetched: number;
-  bytesFromCache: number;
-  openedFromCache: boolean;
-  wholeFile: boolean;
-  caching: boolean;
-  cacheError: string;
 }
 
 export interface Stats {
@@ -230,14 +154,6 @@ export interface Stats {
   source: SourceStats | null;   // null for a model given as bytes
   cache: { enabled: boolean; error: string };
   lastGeneration: GenerationStats | null;
-}
-
-export interface CachedModel {
-  url: string;
-  size: number;         // the file's size
-  cachedBytes: number;  // how much of it is stored
-  etag: string;
-  lastModified: string;
 }
 
 export interface CacheOptions {
