@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 # Debian's emscripten runs its JavaScript optimiser with the system's acorn.
 export NODE_PATH="${NODE_PATH:-/usr/share/nodejs}"
 
+# The package's option types follow the bindings' option lists.
+scripts/generate-bridge-types.sh
+
 build() {
   variant=$1
   threads=$2

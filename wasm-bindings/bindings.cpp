@@ -1,6 +1,8 @@
 // The Embind surface of the engine: JavaScript objects in, JavaScript objects
 // out, nothing else. Option objects use the engine's defaults for every field
-// left undefined; numbers of bytes travel as doubles (exact below 2^53).
+// left undefined; numbers of bytes travel as doubles (exact below 2^53). The
+// options read and the results written (model info, statistics) are declared
+// once, in bridge_options.h and bridge_results.h.
 //
 //   const s = new Module.Session(id);
 //   s.openUrl(url, options) / s.openBytes(bytesId, size, name, options)
@@ -17,13 +19,18 @@
 #include <emscripten/heap.h>
 #include <emscripten/val.h>
 
+#include <cctype>
 #include <cmath>
 #include <functional>
+#include <limits>
+#include <map>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
-#include <cctype>
-
+#include "bridge_options.h"
+#include "bridge_results.h"
 #include "js_host.h"
 #include "session.h"
 #include "sipllm/error.h"
@@ -40,46 +47,114 @@ bool has(const val& object, const char* key) {
   return !v.isUndefined() && !v.isNull();
 }
 
-double number(const val& object, const char* key, double fallback) {
-  if (!has(object, key)) return fallback;
-  const val v = object[key];
-  if (v.typeOf().as<std::string>() != "number") {
-    throw Error(ErrorKind::kInvalidArgument, std::string("option '") + key + "' must be a number");
-  }
+[[noreturn]] void bad_option(const OptionSpec& spec, const std::string& must) {
+  throw Error(ErrorKind::kInvalidArgument, "option '" + std::string(spec.js_name) + "' " + must);
+}
+
+double number(const val& v, const OptionSpec& spec) {
+  if (v.typeOf().as<std::string>() != "number") bad_option(spec, "must be a number");
   const double d = v.as<double>();
-  if (std::isnan(d)) throw Error(ErrorKind::kInvalidArgument, std::string("option '") + key + "' is NaN");
+  if (std::isnan(d)) bad_option(spec, "is NaN");
+  if (spec.range == OptionRange::kNonNegative && d < 0) bad_option(spec, "must be a number >= 0");
   return d;
 }
 
-int integer(const val& object, const char* key, int fallback) {
-  const double d = number(object, key, fallback);
-  if (d != std::floor(d) || std::abs(d) > 2147483647.0) {
-    throw Error(ErrorKind::kInvalidArgument, std::string("option '") + key + "' must be an integer");
-  }
+int integer(const val& v, const OptionSpec& spec) {
+  const double d = number(v, spec);
+  if (d != std::floor(d) || std::abs(d) > 2147483647.0) bad_option(spec, "must be an integer");
   return static_cast<int>(d);
 }
 
-bool boolean(const val& object, const char* key, bool fallback) {
-  return has(object, key) ? object[key].as<bool>() : fallback;
+uint64_t byte_count(const val& v, const OptionSpec& spec) {
+  const double d = number(v, spec);
+  if (d < 0 || d != std::floor(d)) bad_option(spec, "must be a whole number of bytes");
+  return d >= 1.8e19 ? kUnlimitedBudget : static_cast<uint64_t>(d);
 }
 
-std::string text(const val& object, const char* key, const std::string& fallback) {
-  if (!has(object, key)) return fallback;
-  const val v = object[key];
-  if (v.typeOf().as<std::string>() != "string") {
-    throw Error(ErrorKind::kInvalidArgument, std::string("option '") + key + "' must be a string");
-  }
+std::string text(const val& v, const OptionSpec& spec) {
+  if (v.typeOf().as<std::string>() != "string") bad_option(spec, "must be a string");
   return v.as<std::string>();
 }
 
-uint64_t byte_count(const val& object, const char* key, uint64_t fallback) {
-  if (!has(object, key)) return fallback;
-  const double d = number(object, key, 0);
-  if (d < 0 || d != std::floor(d)) {
-    throw Error(ErrorKind::kInvalidArgument, std::string("option '") + key + "' must be a whole number of bytes");
+// The index of the value among spec.choices: the enum's value.
+int choice(const val& v, const OptionSpec& spec) {
+  const std::string given = text(v, spec);
+  std::string names;
+  for (size_t i = 0; i < spec.choices.size(); ++i) {
+    if (spec.choices[i] == given) return static_cast<int>(i);
+    names += (i == 0 ? "" : i + 1 == spec.choices.size() ? " or " : ", ") + ("'" + std::string(spec.choices[i]) + "'");
   }
-  return d >= 1.8e19 ? kUnlimitedBudget : static_cast<uint64_t>(d);
+  bad_option(spec, "must be " + names + ", not '" + given + "'");
 }
+
+std::vector<std::string> string_array(const val& array, const std::string& what);
+
+// Sets `field` from object[spec.js_name] as `Type` says; an undefined or null
+// value leaves the field's default. `field` is the C++ options' own member
+// (bridge_options.h names it): a list whose type does not fit its member does
+// not compile.
+template <OptionType Type, class Field>
+void read_option(const val& object, const OptionSpec& spec, Field& field) {
+  if (!has(object, spec.js_name.data())) return;
+  const val v = object[spec.js_name.data()];
+  if constexpr (Type == OptionType::kBoolean) {
+    static_assert(std::is_same_v<Field, bool>);
+    field = v.as<bool>();
+  } else if constexpr (Type == OptionType::kInteger) {
+    static_assert(std::is_same_v<Field, int>);
+    field = integer(v, spec);
+  } else if constexpr (Type == OptionType::kNumber) {
+    static_assert(std::is_floating_point_v<Field>);
+    field = static_cast<Field>(number(v, spec));
+  } else if constexpr (Type == OptionType::kByteCount) {
+    static_assert(std::is_unsigned_v<Field> && sizeof(Field) >= sizeof(uint32_t));
+    const uint64_t bytes = byte_count(v, spec);
+    if (bytes > std::numeric_limits<Field>::max()) bad_option(spec, "is too large");
+    field = static_cast<Field>(bytes);
+  } else if constexpr (Type == OptionType::kSafeWhole) {
+    static_assert(std::is_same_v<Field, std::optional<uint64_t>>);
+    const double d = number(v, spec);
+    if (d < 0 || d != std::floor(d) || d > 9007199254740991.0) bad_option(spec, "must be a whole number from 0 to 2^53 - 1");
+    field = static_cast<uint64_t>(d);
+  } else if constexpr (Type == OptionType::kText) {
+    static_assert(std::is_same_v<Field, std::string>);
+    field = text(v, spec);
+  } else if constexpr (Type == OptionType::kTextList) {
+    static_assert(std::is_same_v<Field, std::vector<std::string>>);
+    field = string_array(v, "option '" + std::string(spec.js_name) + "'");
+  } else if constexpr (Type == OptionType::kTokenBiases) {
+    static_assert(std::is_same_v<Field, std::map<int32_t, float>>);
+    if (!v.isArray()) bad_option(spec, "must be an array of [token, bias] pairs");
+    const int n = v["length"].as<int>();
+    for (int i = 0; i < n; ++i) field[v[i][0].as<int32_t>()] = v[i][1].as<float>();
+  } else {
+    static_assert(Type == OptionType::kChoice && std::is_enum_v<Field>);
+    field = static_cast<Field>(choice(v, spec));
+  }
+}
+
+#define SIPLLM_READ_OPTION(js_name, type, range, audience, choices, member, doc) \
+  read_option<OptionType::type>(object, SIPLLM_OPTION_SPEC(js_name, type, range, audience, choices, member, doc), options.member);
+
+OpenOptions open_options(const val& object) {
+  OpenOptions options;
+  SIPLLM_OPEN_OPTIONS(SIPLLM_READ_OPTION)
+  return options;
+}
+
+GenerateOptions generate_options(const val& object) {
+  GenerateOptions options;
+  SIPLLM_GENERATE_OPTIONS(SIPLLM_READ_OPTION)
+  return options;
+}
+
+EmbedOptions embed_options(const val& object) {
+  EmbedOptions options;
+  SIPLLM_EMBED_OPTIONS(SIPLLM_READ_OPTION)
+  return options;
+}
+
+#undef SIPLLM_READ_OPTION
 
 std::vector<int32_t> int_array(const val& array) {
   std::vector<int32_t> out;
@@ -89,102 +164,15 @@ std::vector<int32_t> int_array(const val& array) {
   return out;
 }
 
-OpenOptions open_options(const val& o) {
-  OpenOptions options;
-  EngineOptions& e = options.engine;
-  e.threads = integer(o, "threads", e.threads);
-  e.loader.memory_budget = byte_count(o, "memoryBudget", e.loader.memory_budget);
-  e.loader.n_buffers = integer(o, "ringBuffers", e.loader.n_buffers);
-  e.loader.load_threads = integer(o, "loadThreads", e.loader.load_threads);
-  e.loader.read_chunk_bytes = static_cast<size_t>(byte_count(o, "readChunkBytes", e.loader.read_chunk_bytes));
-  e.prefill_chunk = integer(o, "prefillChunk", e.prefill_chunk);
-  e.context_length = integer(o, "contextLength", e.context_length);
-  if (has(o, "kvCacheType")) {
-    const std::string kv = o["kvCacheType"].as<std::string>();
-    if (kv != "f16" && kv != "f32") {
-      throw Error(ErrorKind::kInvalidArgument, "option 'kvCacheType' must be 'f16' or 'f32', not '" + kv + "'");
-    }
-    e.kv_cache_type = kv == "f16" ? KvCacheType::kF16 : KvCacheType::kF32;
-  }
-  HttpSourceOptions& h = options.http;
-  h.parallel_requests = integer(o, "parallelRequests", h.parallel_requests);
-  h.max_retries = integer(o, "maxRetries", h.max_retries);
-  h.backoff_ms = number(o, "backoffMs", h.backoff_ms);
-  h.page_bytes = byte_count(o, "cachePageBytes", h.page_bytes);
-  h.allow_whole_file = boolean(o, "allowWholeFile", h.allow_whole_file);
-  h.read_timeout_ms = number(o, "readTimeoutMs", h.read_timeout_ms);
-  h.max_retry_after_ms = number(o, "maxRetryAfterMs", h.max_retry_after_ms);
-  options.cache_store_id = integer(o, "cacheStoreId", 0);
-  return options;
-}
-
-GenerateOptions generate_options(const val& o) {
-  GenerateOptions options;
-  options.max_tokens = integer(o, "maxTokens", options.max_tokens);
-  SamplingOptions& s = options.sampling;
-  s.temperature = static_cast<float>(number(o, "temperature", s.temperature));
-  s.top_k = integer(o, "topK", s.top_k);
-  s.top_p = static_cast<float>(number(o, "topP", s.top_p));
-  s.min_p = static_cast<float>(number(o, "minP", s.min_p));
-  s.repeat_penalty = static_cast<float>(number(o, "repeatPenalty", s.repeat_penalty));
-  s.repeat_last_n = integer(o, "repeatLastN", s.repeat_last_n);
-  s.presence_penalty = static_cast<float>(number(o, "presencePenalty", s.presence_penalty));
-  s.frequency_penalty = static_cast<float>(number(o, "frequencyPenalty", s.frequency_penalty));
-  if (has(o, "seed")) {
-    const double seed = number(o, "seed", 0);
-    if (seed < 0 || seed != std::floor(seed) || seed > 9007199254740991.0) {
-      throw Error(ErrorKind::kInvalidArgument, "option 'seed' must be a whole number from 0 to 2^53 - 1");
-    }
-    s.seed = static_cast<uint64_t>(seed);
-  }
-  if (has(o, "logitBias")) {
-    // [[token, bias], ...]
-    const val pairs = o["logitBias"];
-    const int n = pairs["length"].as<int>();
-    for (int i = 0; i < n; ++i) {
-      s.logit_bias[pairs[i][0].as<int32_t>()] = pairs[i][1].as<float>();
-    }
-  }
-  if (has(o, "stop")) {
-    const val stop = o["stop"];
-    const int n = stop["length"].as<int>();
-    for (int i = 0; i < n; ++i) options.stop.push_back(stop[i].as<std::string>());
-  }
-  options.add_special = boolean(o, "addSpecial", options.add_special);
-  options.parse_special = boolean(o, "parseSpecial", options.parse_special);
-  options.grammar = text(o, "grammar", options.grammar);
-  return options;
-}
-
-EmbedOptions embed_options(const val& o) {
-  EmbedOptions options;
-  const std::string pooling = text(o, "pooling", "model");
-  if (pooling == "model") {
-    options.pooling = Pooling::kModel;
-  } else if (pooling == "mean") {
-    options.pooling = Pooling::kMean;
-  } else if (pooling == "cls") {
-    options.pooling = Pooling::kCls;
-  } else if (pooling == "last") {
-    options.pooling = Pooling::kLast;
-  } else {
-    throw Error(ErrorKind::kInvalidArgument,
-                "option 'pooling' must be 'model', 'mean', 'cls' or 'last', not '" + pooling + "'");
-  }
-  options.normalize = boolean(o, "normalize", options.normalize);
-  options.add_special = boolean(o, "addSpecial", options.add_special);
-  return options;
-}
-
-std::vector<std::string> string_array(const val& array, const char* what) {
-  if (!array.isArray()) throw Error(ErrorKind::kInvalidArgument, std::string(what) + " must be an array of strings");
+std::vector<std::string> string_array(const val& array, const std::string& what) {
+  if (!array.isArray()) throw Error(ErrorKind::kInvalidArgument, what + " must be an array of strings");
   std::vector<std::string> out;
   const int n = array["length"].as<int>();
   out.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     const val item = array[i];
     if (item.typeOf().as<std::string>() != "string") {
-      throw Error(ErrorKind::kInvalidArgument, std::string(what) + "[" + std::to_string(i) + "] must be a string");
+      throw Error(ErrorKind::kInvalidArgument, what + "[" + std::to_string(i) + "] must be a string");
     }
     out.push_back(item.as<std::string>());
   }
@@ -211,90 +199,7 @@ val answer(const std::function<val()>& fn) {
   return out;
 }
 
-val loader_stats_object(const LoaderStats& s) {
-  val o = val::object();
-  o.set("prefetchHits", static_cast<double>(s.prefetch_hits));
-  o.set("prefetchMisses", static_cast<double>(s.prefetch_misses));
-  o.set("residentHits", static_cast<double>(s.resident_hits));
-  o.set("unitsLoaded", static_cast<double>(s.units_loaded));
-  o.set("bytesRead", static_cast<double>(s.bytes_read));
-  o.set("bytesConsumed", static_cast<double>(s.bytes_consumed));
-  o.set("embeddingBytesRead", static_cast<double>(s.embedding_bytes_read));
-  o.set("ioMs", s.io_ms);
-  o.set("prepareMs", s.prepare_ms);
-  o.set("waitMs", s.wait_ms);
-  o.set("computeMs", s.compute_ms);
-  o.set("residentBytes", static_cast<double>(s.resident_bytes));
-  o.set("ringBytes", static_cast<double>(s.ring_bytes));
-  o.set("peakWeightBytes", static_cast<double>(s.peak_weight_bytes));
-  o.set("memoryBudget", s.memory_budget == kUnlimitedBudget ? -1.0 : static_cast<double>(s.memory_budget));
-  o.set("workingBytes", static_cast<double>(s.working_bytes));
-  o.set("residentUnits", s.resident_units);
-  o.set("streamedUnits", s.streamed_units);
-  o.set("loadThreads", s.load_threads);
-  val units = val::array();
-  for (size_t i = 0; i < s.units.size(); ++i) {
-    const UnitCounters& c = s.units[i];
-    val u = val::object();
-    u.set("name", c.name);
-    u.set("loads", static_cast<double>(c.loads));
-    u.set("bytes", static_cast<double>(c.bytes));
-    u.set("ioMs", c.io_ms);
-    u.set("prepareMs", c.prepare_ms);
-    u.set("computeMs", c.compute_ms);
-    u.set("waitMs", c.wait_ms);
-    u.set("resident", c.resident);
-    units.set(i, u);
-  }
-  o.set("units", units);
-  val timeline = val::array();
-  for (size_t i = 0; i < s.timeline.size(); ++i) {
-    const UnitEvent& e = s.timeline[i];
-    val t = val::object();
-    t.set("unit", e.unit);
-    t.set("ioStartMs", e.io_start_ms);
-    t.set("ioEndMs", e.io_end_ms);
-    t.set("prepareEndMs", e.prepare_end_ms);
-    t.set("computeStartMs", e.compute_start_ms);
-    t.set("computeEndMs", e.compute_end_ms);
-    t.set("hit", e.hit);
-    t.set("resident", e.resident);
-    timeline.set(i, t);
-  }
-  o.set("timeline", timeline);
-  return o;
-}
-
-val generation_object(const GenerationStats& s) {
-  val o = val::object();
-  o.set("promptTokens", s.prompt_tokens);
-  o.set("reusedTokens", s.reused_tokens);
-  o.set("generatedTokens", s.generated_tokens);
-  o.set("promptMs", s.prompt_ms);
-  o.set("decodeMs", s.decode_ms);
-  o.set("ttftMs", s.ttft_ms);
-  o.set("promptTokensPerS", s.prompt_tokens_per_s());
-  o.set("decodeTokensPerS", s.decode_tokens_per_s());
-  o.set("stopReason", std::string(stop_reason_name(s.stop_reason)));
-  o.set("prefillBytesRead", static_cast<double>(s.prefill_bytes_read));
-  o.set("decodeBytesRead", static_cast<double>(s.decode_bytes_read));
-  o.set("kvCacheBytes", static_cast<double>(s.kv_cache_bytes));
-  o.set("loader", loader_stats_object(s.loader));
-  return o;
-}
-
-val source_object(const HttpSourceStats& s) {
-  val o = val::object();
-  o.set("requests", static_cast<double>(s.requests));
-  o.set("retries", static_cast<double>(s.retries));
-  o.set("bytesFetched", static_cast<double>(s.bytes_fetched));
-  o.set("bytesFromCache", static_cast<double>(s.bytes_from_cache));
-  o.set("openedFromCache", s.opened_from_cache);
-  o.set("wholeFile", s.whole_file);
-  o.set("caching", s.caching);
-  o.set("cacheError", s.cache_error);
-  return o;
-}
+// ---- Results, written from the lists of bridge_results.h ---------------------------
 
 std::string camel_case(const std::string& snake) {
   std::string out;
@@ -310,29 +215,107 @@ std::string camel_case(const std::string& snake) {
   return out;
 }
 
-val info_object(const ModelInfo& m) {
+// Each listed struct as an object, declared before the templates that call
+// them: the structs live in namespace sipllm, where argument-dependent lookup
+// would not find these.
+val to_js(const UnitCounters& s);
+val to_js(const UnitEvent& s);
+val to_js(const LoaderStats& s);
+val to_js(const GenerationStats& s);
+val to_js(const HttpSourceStats& s);
+val to_js(const ModelInfo& s);
+val to_js(const CachedModel& s);
+
+// The hyper-parameters as the engine lists them, snake_case names in camelCase.
+val to_js(const std::vector<Hyperparameter>& hyperparameters) {
   val o = val::object();
-  o.set("architecture", m.architecture);
-  o.set("name", m.name);
-  // The hyper-parameters as the engine lists them, snake_case names in camelCase.
-  val hyperparameters = val::object();
-  for (const Hyperparameter& h : m.hyperparameters) hyperparameters.set(camel_case(h.name), h.value);
-  o.set("hyperparameters", hyperparameters);
-  o.set("ggufVersion", m.gguf_version);
-  o.set("fileBytes", static_cast<double>(m.file_bytes));
-  o.set("weightBytes", static_cast<double>(m.weight_bytes));
-  o.set("tiedOutput", m.tied_output);
-  val types = val::object();
-  for (const auto& [type, count] : m.tensors_by_type) types.set(type, count);
-  o.set("tensorsByType", types);
-  o.set("tokenizer", m.tokenizer);
-  o.set("bos", m.bos);
-  o.set("eos", m.eos);
-  o.set("bosText", m.bos_text);
-  o.set("eosText", m.eos_text);
-  o.set("chatTemplate", m.chat_template);
+  for (const Hyperparameter& h : hyperparameters) o.set(camel_case(h.name), h.value);
   return o;
 }
+
+val to_js(const std::map<std::string, int>& counts) {
+  val o = val::object();
+  for (const auto& [name, count] : counts) o.set(name, count);
+  return o;
+}
+
+template <class Item>
+val to_js(const std::vector<Item>& items) {
+  val array = val::array();
+  for (size_t i = 0; i < items.size(); ++i) array.set(i, to_js(items[i]));
+  return array;
+}
+
+// Sets object[js_name] from `field` as `Type` says (bridge_results.h); a
+// list whose type does not fit its member does not compile.
+template <ResultType Type, class Field>
+void write_field(val& object, const char* js_name, const Field& field) {
+  if constexpr (Type == ResultType::kNumber) {
+    static_assert(std::is_arithmetic_v<Field> && !std::is_same_v<Field, bool>);
+    object.set(js_name, static_cast<double>(field));
+  } else if constexpr (Type == ResultType::kBoolean) {
+    static_assert(std::is_same_v<Field, bool>);
+    object.set(js_name, field);
+  } else if constexpr (Type == ResultType::kText) {
+    static_assert(std::is_same_v<Field, std::string>);
+    object.set(js_name, field);
+  } else if constexpr (Type == ResultType::kBudget) {
+    static_assert(std::is_same_v<Field, uint64_t>);
+    object.set(js_name, field == kUnlimitedBudget ? -1.0 : static_cast<double>(field));
+  } else if constexpr (Type == ResultType::kName) {
+    static_assert(std::is_same_v<Field, StopReason>);
+    object.set(js_name, std::string(stop_reason_name(field)));
+  } else {
+    static_assert(Type == ResultType::kNested);
+    object.set(js_name, to_js(field));
+  }
+}
+
+#define SIPLLM_WRITE_FIELD(js_name, type, member, ts, doc) write_field<ResultType::type>(o, #js_name, s.member);
+
+val to_js(const UnitCounters& s) {
+  val o = val::object();
+  SIPLLM_UNIT_COUNTERS_FIELDS(SIPLLM_WRITE_FIELD)
+  return o;
+}
+
+val to_js(const UnitEvent& s) {
+  val o = val::object();
+  SIPLLM_UNIT_EVENT_FIELDS(SIPLLM_WRITE_FIELD)
+  return o;
+}
+
+val to_js(const LoaderStats& s) {
+  val o = val::object();
+  SIPLLM_LOADER_STATS_FIELDS(SIPLLM_WRITE_FIELD)
+  return o;
+}
+
+val to_js(const GenerationStats& s) {
+  val o = val::object();
+  SIPLLM_GENERATION_STATS_FIELDS(SIPLLM_WRITE_FIELD)
+  return o;
+}
+
+val to_js(const HttpSourceStats& s) {
+  val o = val::object();
+  SIPLLM_SOURCE_STATS_FIELDS(SIPLLM_WRITE_FIELD)
+  return o;
+}
+
+val to_js(const ModelInfo& s) {
+  val o = val::object();
+  SIPLLM_MODEL_INFO_FIELDS(SIPLLM_WRITE_FIELD)
+  return o;
+}
+
+val to_js(const CachedModel& s) {
+  val o = val::object();
+  SIPLLM_CACHED_MODEL_FIELDS(SIPLLM_WRITE_FIELD)
+  return o;
+}
+
+#undef SIPLLM_WRITE_FIELD
 
 // ---- Session methods as JavaScript sees them ---------------------------------------
 
@@ -388,7 +371,7 @@ val take_result(Session& s) {
   val out = val::object();
   out.set("ok", r.ok);
   if (!r.ok) out.set("error", error_object(r.error_kind, r.error_message));
-  if (r.stats) out.set("stats", generation_object(*r.stats));
+  if (r.stats) out.set("stats", to_js(*r.stats));
   if (r.embeddings) {
     val vectors = val::array();
     for (size_t i = 0; i < r.embeddings->vectors.size(); ++i) {
@@ -405,7 +388,7 @@ val take_result(Session& s) {
 }
 
 val info(Session& s) {
-  return answer([&] { return info_object(s.info()); });
+  return answer([&] { return to_js(s.info()); });
 }
 
 val tokenize(Session& s, const std::string& text, bool add_special, bool parse_special) {
@@ -461,12 +444,12 @@ val live_units(Session& s) {
 val stats(Session& s) {
   return answer([&] {
     val o = val::object();
-    o.set("loader", loader_stats_object(s.loader_stats()));
+    o.set("loader", to_js(s.loader_stats()));
     o.set("kvCacheBytes", static_cast<double>(s.kv_cache_bytes()));
     // Memory only grows, so this is also the peak.
     o.set("heapBytes", static_cast<double>(emscripten_get_heap_size()));
-    if (const auto source = s.source_stats()) o.set("source", source_object(*source));
-    if (const auto last = s.last_generation()) o.set("lastGeneration", generation_object(*last));
+    if (const auto source = s.source_stats()) o.set("source", to_js(*source));
+    if (const auto last = s.last_generation()) o.set("lastGeneration", to_js(*last));
     return o;
   });
 }
@@ -478,18 +461,7 @@ bool busy(Session& s) { return s.busy(); }
 val list_cached_models_js(int store_id) {
   return answer([&] {
     const std::shared_ptr<CacheStore> store = make_js_store(store_id);
-    val out = val::array();
-    const std::vector<CachedModel> models = list_cached_models(*store);
-    for (size_t i = 0; i < models.size(); ++i) {
-      val m = val::object();
-      m.set("url", models[i].url);
-      m.set("size", static_cast<double>(models[i].size));
-      m.set("cachedBytes", static_cast<double>(models[i].cached_bytes));
-      m.set("etag", models[i].etag);
-      m.set("lastModified", models[i].last_modified);
-      out.set(i, m);
-    }
-    return out;
+    return to_js(list_cached_models(*store));
   });
 }
 

@@ -2,8 +2,8 @@
 // realm: a browser worker or a Node worker thread.
 
 import { isNode, nodeImport } from './env.js';
-import type { EngineGenerateOptions } from './protocol.js';
-import type { Build, EmbedOptions } from './types.js';
+import type { EngineEmbedOptions, EngineGenerateOptions, EngineOpenOptions } from './bridge.generated.js';
+import type { Build, CachedModel, GenerationStats, LoaderStats, ModelInfo, SourceStats } from './types.js';
 
 // What wasm-bindings/bindings.cpp and host.js give the JavaScript side.
 export interface Answer<T> {
@@ -12,11 +12,11 @@ export interface Answer<T> {
 }
 
 export interface EngineSession {
-  openUrl(url: string, options: Record<string, unknown>): Answer<undefined>;
-  openBytes(bytesId: number, size: number, name: string, options: Record<string, unknown>): Answer<undefined>;
+  openUrl(url: string, options: EngineOpenOptions): Answer<undefined>;
+  openBytes(bytesId: number, size: number, name: string, options: EngineOpenOptions): Answer<undefined>;
   generate(prompt: string, options: EngineGenerateOptions): Answer<undefined>;
   generateTokens(tokens: number[], options: EngineGenerateOptions): Answer<undefined>;
-  embed(texts: string[], options: EmbedOptions): Answer<undefined>;
+  embed(texts: string[], options: EngineEmbedOptions): Answer<undefined>;
   warmUp(milliseconds: number): Answer<undefined>;
   // At any time, also while a job runs.
   liveUnits(): LiveUnit[];
@@ -24,11 +24,11 @@ export interface EngineSession {
   takeResult(): JobOutcome;
   busy(): boolean;
   cancel(): number;
-  info(): Answer<unknown>;
+  info(): Answer<ModelInfo>;
   tokenize(text: string, addSpecial: boolean, parseSpecial: boolean): Answer<Int32Array>;
   detokenize(tokens: number[]): Answer<string>;
   reset(): Answer<undefined>;
-  stats(): Answer<Record<string, unknown>>;
+  stats(): Answer<SessionStats>;
   close(): void;
   delete(): void;
 }
@@ -38,8 +38,26 @@ export interface EngineSession {
 export interface JobOutcome {
   ok: boolean;
   error?: { kind: string; message: string };
-  stats?: unknown;
+  stats?: GenerationStats;
   embeddings?: { vectors: Float32Array[]; tokens: number };
+}
+
+// The session's figures (bindings.cpp, stats): what Stats takes from the engine.
+export interface SessionStats {
+  loader: LoaderStats;
+  kvCacheBytes: number;
+  heapBytes: number;
+  source?: SourceStats;           // a model opened from a URL
+  lastGeneration?: GenerationStats;
+}
+
+// Bytes delivered to the engine so far (a 'progress' event, js_host.cpp post_progress).
+export interface ByteProgress {
+  loaded: number;
+  fetched: number;
+  fromCache: number;
+  total: number;
+  header: boolean;  // the GGUF header is still being read
 }
 
 // A stream unit as the loader's counters describe it (bindings.cpp).
@@ -59,7 +77,7 @@ export interface Registry {
 
 export interface EngineModule {
   Session: new (id: number) => EngineSession;
-  listCachedModels(storeId: number): Answer<unknown[]>;
+  listCachedModels(storeId: number): Answer<CachedModel[]>;
   deleteCachedModel(storeId: number, url: string): Answer<undefined>;
   jsonSchemaToGrammar(schema: string): Answer<string>;
   jsonObjectGrammar(): Answer<string>;

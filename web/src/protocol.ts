@@ -2,7 +2,10 @@
 // Every request carries an id; the worker answers it with one 'result' or
 // 'error', after any number of 'progress' and 'tokens' events for that id.
 
-import type { Build, EmbedOptions, GenerateOptions, GenerationStats, LoadProgress, ModelInfo, Stats } from './types.js';
+import type { EngineGenerateOptions, EngineLoadOptions } from './bridge.generated.js';
+import type { Build, EmbedOptions, GenerationStats, LoadProgress, ModelInfo, Stats } from './types.js';
+
+export type { EngineGenerateOptions };
 
 // Where the worker's cache store lives.
 export type CacheLocation =
@@ -28,15 +31,11 @@ export interface LoadRequest {
   bytes?: Uint8Array;
   name: string;
   cache: CacheLocation | null;
-  options: Record<string, unknown>;  // the engine and HTTP options of LoadOptions
-  threads: number;
-  memoryBudget: number | null;
+  // The engine and HTTP options of LoadOptions, threads and parallelRequests
+  // resolved for the build.
+  options: EngineLoadOptions & { threads: number };
   warmUpMs: number;  // 0: none
 }
-
-// What the bindings' generate options take (bindings.cpp, generate_options):
-// GenerateOptions without the signal, the logit bias as [token, bias] pairs.
-export type EngineGenerateOptions = Omit<GenerateOptions, 'signal' | 'logitBias'> & { logitBias?: Array<[number, number]> };
 
 export interface GenerateRequest {
   type: 'generate';

@@ -11,9 +11,11 @@
 import { renderChatTemplate } from './chat.js';
 import { canShareMemory, isNode, nodeImport } from './env.js';
 import { AbortError, InvalidArgumentError, SipLLMError, UnsupportedError } from './errors.js';
+import { ENGINE_LOAD_OPTION_KEYS, NON_NEGATIVE_LOAD_OPTION_KEYS } from './bridge.generated.js';
+import type { EngineLoadOptions } from './bridge.generated.js';
 import { ChatCompletions, Completions, Embeddings } from './openai.js';
 import type { CompletionEngine } from './openai.js';
-import type { CacheLocation, EmbedResult as EmbedReply, EngineGenerateOptions, GenerateResult, LoadResult } from './protocol.js';
+import type { CacheLocation, EmbedResult as EmbedReply, EngineGenerateOptions, GenerateResult, LoadRequest, LoadResult } from './protocol.js';
 import type {
   Build,
   CacheOptions,
@@ -36,22 +38,16 @@ const DEFAULT_PARALLEL_REQUESTS = 4;
 // with optimised code; the threaded build spends it while the first blocks
 // download (see LoadOptions.warmUpMs).
 const DEFAULT_WARM_UP_MS = 500;
-const ENGINE_OPTION_KEYS = [
-  'memoryBudget', 'contextLength', 'kvCacheType', 'ringBuffers', 'loadThreads', 'prefillChunk', 'parallelRequests', 'maxRetries',
-  'backoffMs', 'readTimeoutMs', 'maxRetryAfterMs', 'allowWholeFile', 'cachePageBytes',
-] as const;
 
 type Source = { url: string } | { bytes: Uint8Array; name: string };
 
 // Everything needed to start (or restart) the worker and load the model.
 interface Plan {
   build: Build;
-  threads: number;
   poolSize: number;
   wasmBaseUrl: string | null;
   cache: CacheLocation | null;
-  engineOptions: Record<string, unknown>;
-  memoryBudget: number | null;
+  engineOptions: LoadRequest['options'];
   warmUpMs: number;
   onProgress?: (event: LoadProgress) => void;
 }
@@ -112,11 +108,20 @@ function resolveUrl(source: string | URL): string {
   return url.href;
 }
 
-function checkNumber(options: Record<string, unknown>, key: string): void {
+function checkNumber(options: LoadOptions, key: keyof LoadOptions): void {
   const value = options[key];
   if (value !== undefined && (typeof value !== 'number' || Number.isNaN(value) || value < 0)) {
     throw new InvalidArgumentError(`option '${key}' must be a number >= 0`);
   }
+}
+
+// The fields of `from` named in `keys` that are set.
+function definedFields<T extends object, K extends keyof T>(from: T, keys: readonly K[]): Pick<T, K> {
+  const out = {} as Pick<T, K>;
+  for (const key of keys) {
+    if (from[key] !== undefined) out[key] = from[key];
+  }
+  return out;
 }
 
 function abortError(signal: AbortSignal | undefined, what: string): AbortError {
@@ -198,29 +203,20 @@ export class SipLLM implements CompletionEngine {
 
   static async load(source: string | URL | ArrayBuffer | ArrayBufferView, options: LoadOptions = {}): Promise<SipLLM> {
     if (options.signal?.aborted) throw abortError(options.signal, 'loading');
-    for (const key of ['threads', 'memoryBudget', 'loadThreads', 'parallelRequests', 'readTimeoutMs', 'maxRetryAfterMs',
-                       'warmUpMs']) {
-      checkNumber(options as Record<string, unknown>, key);
-    }
+    for (const key of [...NON_NEGATIVE_LOAD_OPTION_KEYS, 'warmUpMs'] as const) checkNumber(options, key);
     const build = chooseBuild(options.build);
     const threads = build === 'single' ? 1 : Math.max(1, Math.floor(options.threads ?? (await defaultThreads())));
     const parallelRequests = build === 'single' ? 1 : options.parallelRequests ?? DEFAULT_PARALLEL_REQUESTS;
-    const engineOptions: Record<string, unknown> = {};
-    for (const key of ENGINE_OPTION_KEYS) {
-      if (options[key] !== undefined) engineOptions[key] = options[key];
-    }
-    engineOptions.parallelRequests = parallelRequests;
+    const given: EngineLoadOptions = definedFields(options, ENGINE_LOAD_OPTION_KEYS);
     const plan: Plan = {
       build,
-      threads,
       // The job thread, the compute threads but the calling one, the
       // loader's load threads (two over the network unless set), the request
       // threads but the calling one, one spare.
       poolSize: threads + (options.loadThreads || 2) + parallelRequests,
       wasmBaseUrl: resolveWasmBaseUrl(options.wasmBaseUrl),
       cache: await cacheLocation(options.cache),
-      engineOptions,
-      memoryBudget: options.memoryBudget ?? null,
+      engineOptions: { ...given, threads, parallelRequests },
       warmUpMs: options.warmUpMs ?? (build === 'threaded' ? DEFAULT_WARM_UP_MS : 0),
       onProgress: options.onProgress,
     };
@@ -253,8 +249,6 @@ export class SipLLM implements CompletionEngine {
         name: 'url' in source ? source.url : source.name,
         cache: plan.cache,
         options: plan.engineOptions,
-        threads: plan.threads,
-        memoryBudget: plan.memoryBudget,
         warmUpMs: plan.warmUpMs,
       });
       if (plan.onProgress !== undefined) handle.listen(id, plan.onProgress);

@@ -1,13 +1,26 @@
-// The public option, event and statistics types of the package.
+// The public option, event and statistics types of the package. The
+// options the engine itself reads are declared with the bindings
+// (wasm-bindings/bridge_options.h) and arrive here from bridge.generated.ts.
+
+import type {
+  CachedModel,
+  EngineEmbedOptions,
+  EngineGenerateOptions,
+  EngineGenerationStats,
+  EngineLoadOptions,
+  LoaderStats,
+  ModelInfo,
+  SourceStats,
+} from './bridge.generated.js';
+
+// The engine's results, as bindings.cpp writes them.
+export type { CachedModel, LoaderStats, ModelInfo, SourceStats, UnitCounters, UnitEvent } from './bridge.generated.js';
 
 export type Build = 'threaded' | 'single';
 
-export interface LoadOptions {
-  // Compute threads (threaded build only). Default: the machine's cores.
-  threads?: number;
-  // Bytes of weights kept in memory, prefetch ring included; units beyond it
-  // stream from the source (or the cache) on every token. Default: unlimited.
-  memoryBudget?: number;
+// The engine's and its HTTP source's options (EngineLoadOptions), and the
+// package's own.
+export interface LoadOptions extends EngineLoadOptions {
   // Keep fetched bytes: true uses the default place (the OPFS directory
   // "sipllm-cache" in a browser; under Node $SIPLLM_CACHE_DIR, else
   // $XDG_CACHE_HOME/sipllm, else ~/.cache/sipllm, as the native CLI), a
@@ -25,24 +38,6 @@ export interface LoadOptions {
   // Where sipllm-*.js/.wasm are served from. Default: the package's own
   // wasm/ files, wherever the app's bundler emitted them.
   wasmBaseUrl?: string | URL;
-  contextLength?: number;      // tokens; default: the model's own
-  kvCacheType?: 'f16' | 'f32'; // how the KV cache keeps keys and values; default 'f16' (as llama.cpp)
-  ringBuffers?: number;        // prefetch ring size; default 2
-  loadThreads?: number;        // units loaded side by side; default 2 (the sync loader of the single build: none)
-  prefillChunk?: number;       // prompt positions per block load; default 512
-  parallelRequests?: number;   // range requests in flight for one read; default 4 (1 in the single build)
-  maxRetries?: number;         // per request, on network errors, stalls, short bodies, 5xx and 429; default 4
-  backoffMs?: number;          // first retry delay, doubling; default 100
-  // No byte for this long fails the attempt (then retried); a slow transfer
-  // that keeps moving is never cut. Default 30000. (The single-thread build
-  // in a browser cannot watch bytes arrive: it gives a request this plus
-  // the range's time at 64 kB/s.)
-  readTimeoutMs?: number;
-  // A 429 or 503 with Retry-After waits as asked up to this; a longer wait
-  // asked for fails at once, naming it. Default 30000.
-  maxRetryAfterMs?: number;
-  allowWholeFile?: boolean;    // accept a server that ignores Range by downloading the whole file; default false
-  cachePageBytes?: number;     // cache page size for new entries; default 1 MiB
   // Milliseconds the engine spends, right after opening, running its kernels
   // on synthetic data while the first weights download, so that the first
   // request runs on optimised code rather than the browser's first-run
@@ -83,41 +78,19 @@ export interface UnitProgress {
   cached: boolean;  // it has arrived and the persistent cache keeps its bytes
 }
 
-export interface GenerateOptions {
-  maxTokens?: number;      // default 256
-  temperature?: number;    // <= 0: greedy; default 0.8
-  topK?: number;           // <= 0: all; default 40
-  topP?: number;           // >= 1: off; default 0.95
-  minP?: number;           // <= 0: off; default 0.05
-  repeatPenalty?: number;  // default 1 (off)
-  repeatLastN?: number;    // default 64
-  // Subtracted from the logit of each token of the last repeatLastN: once
-  // (presence), once per occurrence (frequency), as OpenAI defines them. Default 0.
-  presencePenalty?: number;
-  frequencyPenalty?: number;
-  seed?: number;           // default: random
-  stop?: string[];         // generation ends before any of these
-  logitBias?: Record<number, number> | Map<number, number>;  // -Infinity bans a token
-  addSpecial?: boolean;    // BOS/EOS as the model asks; default true (false for chat)
-  parseSpecial?: boolean;  // "<|im_start|>" in the prompt is a token; default true
-  // A GBNF grammar (llama.cpp's format, from rule `root`) every generated
-  // token must continue, whatever the sampling settings; see
-  // SipLLM.jsonSchemaToGrammar. Generation ends by itself once the grammar's
-  // sentence is complete (stopReason 'grammar complete').
-  grammar?: string;
+// The engine's generation options (see EngineGenerateOptions), with the
+// logit bias by token (-Infinity bans a token) and an abort signal.
+export interface GenerateOptions extends Omit<EngineGenerateOptions, 'logitBias'> {
+  logitBias?: Record<number, number> | Map<number, number>;
   signal?: AbortSignal;
 }
 
 // How a text's per-position vectors become one embedding (llama.cpp's
 // pooling types): 'model' is what the file says ({arch}.pooling_type), the
 // mean when it says nothing.
-export type Pooling = 'model' | 'mean' | 'cls' | 'last';
+export type Pooling = NonNullable<EngineEmbedOptions['pooling']>;
 
-export interface EmbedOptions {
-  pooling?: Pooling;     // default 'model'
-  normalize?: boolean;   // to unit length (L2); default true
-  addSpecial?: boolean;  // BOS/EOS as the model asks; default true
-}
+export type EmbedOptions = EngineEmbedOptions;
 
 export interface EmbedResult {
   embeddings: Float32Array[];  // one per text, in order
@@ -163,99 +136,11 @@ export interface ModelHyperparameters {
   finalSoftcap?: number;
 }
 
-export interface ModelInfo {
-  architecture: string;  // general.architecture: 'llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'phi3', 'smollm3'
-  name: string;
-  hyperparameters: ModelHyperparameters;
-  ggufVersion: number;
-  fileBytes: number;
-  weightBytes: number;
-  tiedOutput: boolean;
-  tensorsByType: Record<string, number>;
-  tokenizer: string;
-  bos: number;
-  eos: number;
-  bosText: string;
-  eosText: string;
-  chatTemplate: string;  // '' when the model has none
-}
-
-export interface UnitCounters {
-  name: string;
-  loads: number;
-  bytes: number;
-  ioMs: number;
-  prepareMs: number;
-  computeMs: number;
-  waitMs: number;
-  resident: boolean;
-}
-
-// One load of one unit (block or output-head piece) and its use; times in ms
-// since the loader started, 0 where a phase did not happen.
-export interface UnitEvent {
-  unit: number;
-  ioStartMs: number;
-  ioEndMs: number;
-  prepareEndMs: number;
-  computeStartMs: number;
-  computeEndMs: number;
-  hit: boolean;       // ready when asked for
-  resident: boolean;  // served from resident memory
-}
-
-export interface LoaderStats {
-  prefetchHits: number;
-  prefetchMisses: number;
-  residentHits: number;
-  unitsLoaded: number;
-  bytesRead: number;
-  bytesConsumed: number;
-  embeddingBytesRead: number;
-  ioMs: number;
-  prepareMs: number;
-  waitMs: number;
-  computeMs: number;
-  residentBytes: number;
-  ringBytes: number;
-  peakWeightBytes: number;
-  memoryBudget: number;  // bytes the engine may take; -1: no budget
-  workingBytes: number;  // of those, activations, scratch and the KV cache so far
-  residentUnits: number;
-  streamedUnits: number;
-  loadThreads: number;         // units loaded side by side (0: the sync loader)
-  units: UnitCounters[];
-  timeline: UnitEvent[];
-}
-
-export interface GenerationStats {
-  promptTokens: number;
-  reusedTokens: number;
-  generatedTokens: number;
-  promptMs: number;
-  decodeMs: number;
-  ttftMs: number;
-  promptTokensPerS: number;
-  decodeTokensPerS: number;
-  stopReason: string;  // 'end of text' | 'max tokens' | 'stop string' | 'cancelled' | ...
-  prefillBytesRead: number;
-  decodeBytesRead: number;
-  kvCacheBytes: number;
-  loader: LoaderStats;
+// A generation's figures: the engine's, and tokensAtCancel.
+export interface GenerationStats extends EngineGenerationStats {
   // When the request was cancelled: tokens it had produced when the engine
   // was told (generatedTokens - tokensAtCancel is at most 1).
   tokensAtCancel?: number;
-}
-
-export interface SourceStats {
-  requests: number;
-  retries: number;
-  bytesFetched: number;
-  bytesFromCache: number;
-  openedFromCache: boolean;
-  wholeFile: boolean;
-  caching: boolean;
-  cacheError: string;
 }
 
 export interface Stats {
@@ -269,14 +154,6 @@ export interface Stats {
   source: SourceStats | null;   // null for a model given as bytes
   cache: { enabled: boolean; error: string };
   lastGeneration: GenerationStats | null;
-}
-
-export interface CachedModel {
-  url: string;
-  size: number;         // the file's size
-  cachedBytes: number;  // how much of it is stored
-  etag: string;
-  lastModified: string;
 }
 
 export interface CacheOptions {

@@ -5,10 +5,11 @@
 
 import { isNode, nodeImport } from './env.js';
 import { loadEngineModule } from './module-loader.js';
-import type { Answer, EngineModule, EngineSession, JobOutcome, LiveUnit, Registry } from './module-loader.js';
+import type { Answer, ByteProgress, EngineModule, EngineSession, JobOutcome, LiveUnit, Registry } from './module-loader.js';
 import type { CacheLocation, EmbedRequest, EmbedResult, GenerateRequest, LoadRequest, Reply, Request } from './protocol.js';
 import { DirectoryStore, OpfsStore } from './stores.js';
 import type { SyncStore } from './stores.js';
+import type { EngineOpenOptions } from './bridge.generated.js';
 import type { Build, GenerationStats, LoadProgress, Stats, UnitProgress, UnitState } from './types.js';
 
 const MODEL_STORE_ID = 1;
@@ -219,8 +220,8 @@ class EngineWorker {
   private async load(request: LoadRequest): Promise<unknown> {
     const module = this.engine();
     if (this.session !== null) throw new Failure('invalid-argument', 'a model is already loaded in this worker');
-    this.threads = request.threads;
-    this.memoryBudget = request.memoryBudget;
+    this.threads = request.options.threads;
+    this.memoryBudget = request.options.memoryBudget ?? null;
     let cacheStoreId = 0;
     if (request.cache !== null) {
       try {
@@ -231,7 +232,7 @@ class EngineWorker {
         this.cacheError = `the cache could not be opened, streaming without it: ${(error as Error).message}`;
       }
     }
-    const options = { ...request.options, threads: request.threads, cacheStoreId };
+    const options: EngineOpenOptions = { ...request.options, cacheStoreId };
     this.sessionId += 1;
     this.loadId = request.id;
     this.progress = { phase: 'header', loaded: 0, total: 0, fetched: 0, fromCache: 0, units: [] };
@@ -283,7 +284,8 @@ class EngineWorker {
         ? session.generateTokens(request.tokens, request.options)
         : session.generate(request.prompt ?? '', request.options));
     if (!outcome.ok) throw fail(outcome.error);
-    const generation = outcome.stats as GenerationStats;
+    if (outcome.stats === undefined) throw new Failure('internal', 'a generation ended without its statistics');
+    const generation = outcome.stats;
     if (this.tokensAtCancel !== undefined) generation.tokensAtCancel = this.tokensAtCancel;
     this.lastGeneration = generation;
     const stats = this.snapshot();
@@ -318,17 +320,17 @@ class EngineWorker {
   }
 
   private snapshot(): Stats {
-    const raw = unwrap(this.open().stats()) as Record<string, unknown>;
-    const source = (raw.source as Stats['source'] | undefined) ?? null;
+    const raw = unwrap(this.open().stats());
+    const source = raw.source ?? null;
     const cacheError = this.cacheError || source?.cacheError || '';
     return {
       build: this.build,
       threads: this.threads,
       crossOriginIsolated: (globalThis as { crossOriginIsolated?: boolean }).crossOriginIsolated === true,
       memoryBudget: this.memoryBudget,
-      heapBytes: raw.heapBytes as number,
-      kvCacheBytes: raw.kvCacheBytes as number,
-      loader: raw.loader as Stats['loader'],
+      heapBytes: raw.heapBytes,
+      kvCacheBytes: raw.kvCacheBytes,
+      loader: raw.loader,
       source,
       cache: { enabled: this.store !== null && (source === null || source.caching), error: cacheError },
       lastGeneration: this.lastGeneration,
@@ -341,7 +343,7 @@ class EngineWorker {
     const session = this.session;
     if (session === null || sessionId !== this.sessionId) return;
     if (kind === 'progress') {
-      this.onProgress(data as { loaded: number; fetched: number; fromCache: number; total: number; header: boolean });
+      this.onProgress(data as ByteProgress);
       return;
     }
     const job = this.job;
@@ -361,7 +363,7 @@ class EngineWorker {
     if (pieces.length > 0) this.endpoint.post({ type: 'tokens', id: this.job.id, pieces });
   }
 
-  private onProgress(event: { loaded: number; fetched: number; fromCache: number; total: number; header: boolean }): void {
+  private onProgress(event: ByteProgress): void {
     const last = this.progress;
     if (event.loaded < last.loaded && !this.readySent) return;  // overtaken by a later report
     this.bytesMovedAt = performance.now();
