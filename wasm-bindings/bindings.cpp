@@ -273,48 +273,23 @@ void write_field(val& object, const char* js_name, const Field& field) {
 
 #define SIPLLM_WRITE_FIELD(js_name, type, member, ts, doc) write_field<ResultType::type>(o, #js_name, s.member);
 
-val to_js(const UnitCounters& s) {
-  val o = val::object();
-  SIPLLM_UNIT_COUNTERS_FIELDS(SIPLLM_WRITE_FIELD)
-  return o;
-}
+// One JavaScript object per result structure, field by field from its list.
+#define SIPLLM_TO_JS(Type, FIELDS) \
+  val to_js(const Type& s) {       \
+    val o = val::object();         \
+    FIELDS(SIPLLM_WRITE_FIELD)     \
+    return o;                      \
+  }
 
-val to_js(const UnitEvent& s) {
-  val o = val::object();
-  SIPLLM_UNIT_EVENT_FIELDS(SIPLLM_WRITE_FIELD)
-  return o;
-}
+SIPLLM_TO_JS(UnitCounters, SIPLLM_UNIT_COUNTERS_FIELDS)
+SIPLLM_TO_JS(UnitEvent, SIPLLM_UNIT_EVENT_FIELDS)
+SIPLLM_TO_JS(LoaderStats, SIPLLM_LOADER_STATS_FIELDS)
+SIPLLM_TO_JS(GenerationStats, SIPLLM_GENERATION_STATS_FIELDS)
+SIPLLM_TO_JS(HttpSourceStats, SIPLLM_SOURCE_STATS_FIELDS)
+SIPLLM_TO_JS(ModelInfo, SIPLLM_MODEL_INFO_FIELDS)
+SIPLLM_TO_JS(CachedModel, SIPLLM_CACHED_MODEL_FIELDS)
 
-val to_js(const LoaderStats& s) {
-  val o = val::object();
-  SIPLLM_LOADER_STATS_FIELDS(SIPLLM_WRITE_FIELD)
-  return o;
-}
-
-val to_js(const GenerationStats& s) {
-  val o = val::object();
-  SIPLLM_GENERATION_STATS_FIELDS(SIPLLM_WRITE_FIELD)
-  return o;
-}
-
-val to_js(const HttpSourceStats& s) {
-  val o = val::object();
-  SIPLLM_SOURCE_STATS_FIELDS(SIPLLM_WRITE_FIELD)
-  return o;
-}
-
-val to_js(const ModelInfo& s) {
-  val o = val::object();
-  SIPLLM_MODEL_INFO_FIELDS(SIPLLM_WRITE_FIELD)
-  return o;
-}
-
-val to_js(const CachedModel& s) {
-  val o = val::object();
-  SIPLLM_CACHED_MODEL_FIELDS(SIPLLM_WRITE_FIELD)
-  return o;
-}
-
+#undef SIPLLM_TO_JS
 #undef SIPLLM_WRITE_FIELD
 
 // ---- Session methods as JavaScript sees them ---------------------------------------

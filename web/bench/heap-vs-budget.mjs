@@ -12,24 +12,16 @@
 // $SIPLLM_CLI) with Qwen3's real vocabulary. Budgets: none, then the working
 // memory plus a half and plus a quarter of the file. Served by
 // scripts/range-server.mjs, uncapped, with no cache.
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { copyFileSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { basename, dirname, join, resolve } from 'node:path';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
+import { basename, join } from 'node:path';
 
 import { SipLLM } from '../dist/index.js';
+import { cliPath as cli, option, repoRoot, startServer } from './support.mjs';
 
-const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-const args = process.argv.slice(2);
-const option = (name, fallback) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : fallback;
-};
 const threads = Number(option('--threads', '2'));
 const contextLength = Number(option('--ctx', '2048'));
-const cli = process.env.SIPLLM_CLI ?? join(repoRoot, 'build/native/engine/sipllm');
 const modelsDir = process.env.SIPLLM_MODELS_DIR ?? join(repoRoot, 'build/native/tests/fixtures/models');
 
 const work = mkdtempSync(join(tmpdir(), 'sipllm-heap-'));
@@ -38,9 +30,7 @@ execFileSync(cli, ['gen', '--shape', 'qwen2.5-0.5b', '--type', 'Q4_K_M', '--voca
                    join(repoRoot, 'build/native/tests/fixtures/vocab/ggml-vocab-qwen3.gguf'),
                    '-o', join(work, 'qwen2.5-0.5b-Q4_K_M.gguf')], { stdio: 'ignore' });
 
-const child = spawn(process.execPath, [join(repoRoot, 'scripts/range-server.mjs'), '--root', work, '--port', '0',
-                                       '--exit-on-stdin-close'], { stdio: ['pipe', 'pipe', 'inherit'] });
-const serverUrl = JSON.parse(await new Promise((done) => createInterface({ input: child.stdout }).once('line', done))).url;
+const server = await startServer(work);
 
 const mb = (bytes) => (bytes / 1e6).toFixed(1).padStart(7);
 const prompt = 'Once upon a time, in a small village at the edge of a great forest, there lived a girl who';
@@ -49,7 +39,7 @@ try {
   console.log('model                        budget  working  weights(peak)  KV   heap  heap-budget');
   for (const file of ['stories260K.gguf', 'qwen2.5-0.5b-Q4_K_M.gguf']) {
     const size = statSync(join(work, file)).size;
-    const url = `${serverUrl}/${file}`;
+    const url = `${server.url}/${file}`;
     const options = { threads, cache: false, contextLength };
     const probe = await SipLLM.load(url, { ...options, memoryBudget: 0 });
     const working = probe.stats().loader.workingBytes;
@@ -67,6 +57,6 @@ try {
     }
   }
 } finally {
-  child.kill('SIGTERM');
+  server.stop();
   rmSync(work, { recursive: true, force: true });
 }

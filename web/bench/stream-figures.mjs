@@ -12,24 +12,16 @@
 //      file takes to cross the capped link.
 //   2. The WebAssembly heap after that prompt plus 16 tokens with a memory
 //      budget of a quarter of the file, against budget + KV cache.
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 
 import { SipLLM } from '../dist/index.js';
+import { cliPath as cli, option, repoRoot, startServer } from './support.mjs';
 
-const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-const args = process.argv.slice(2);
-const option = (name, fallback) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : fallback;
-};
 const mbps = Number(option('--mbps', '50'));
 const threads = Number(option('--threads', '2'));
-const cli = process.env.SIPLLM_CLI ?? join(repoRoot, 'build/native/engine/sipllm');
 
 const work = mkdtempSync(join(tmpdir(), 'sipllm-figures-'));
 let model = option('--model', null);
@@ -42,15 +34,7 @@ if (model === null) {
 model = resolve(model);
 const size = statSync(model).size;
 
-async function startServer() {
-  const child = spawn(process.execPath, [join(repoRoot, 'scripts/range-server.mjs'), '--root', dirname(model),
-                                         '--port', '0', '--mbps', String(mbps), '--exit-on-stdin-close'],
-                        { stdio: ['pipe', 'pipe', 'inherit'] });
-  const line = await new Promise((done) => createInterface({ input: child.stdout }).once('line', done));
-  return { url: JSON.parse(line).url, stop: () => child.kill('SIGTERM') };
-}
-
-const server = await startServer();
+const server = await startServer(dirname(model), ['--mbps', String(mbps)]);
 const url = `${server.url}/${basename(model)}`;
 const prompt = Array.from({ length: 64 }, (_, i) => 1000 + i);
 const mb = (bytes) => (bytes / 1e6).toFixed(1);
