@@ -9,12 +9,12 @@
 #       scripts/fuzz.sh fuzzes from the same objects instead of building them
 #       again.
 #   scripts/test-sanitized.sh thread    ThreadSanitizer, with the default
-#       compiler, into build/tsan: the whole GoogleTest suite in one process
-#       (its suites share their set-up: a process per test would repeat it at
-#       ThreadSanitizer's pace), then the ctest tests that run the CLI on
-#       every model family (they start the loader and the thread pool too),
-#       and the fuzz replays that start threads (the engine's, the HTTP
-#       source's).
+#       compiler, into build/tsan: the whole GoogleTest suite in two shards
+#       side by side (not a process per test: its suites share their set-up,
+#       which would repeat at ThreadSanitizer's pace), then the ctest tests
+#       that run the CLI on every model family (they start the loader and the
+#       thread pool too), and the fuzz replays that start threads (the
+#       engine's, the HTTP source's).
 #
 # Reports also go to files in build/<dir>/sanitizer-reports/: a report from a
 # process a test expects to fail (the CLI given bad input) fails the run too.
@@ -58,7 +58,11 @@ status=0
 if [ "$kind" = address ]; then
   ctest --test-dir "$dir" --output-on-failure -j2 || status=$?
 else
-  "$dir/tests/sipllm_tests" --gtest_brief=1 || status=$?
+  # Two shards side by side: one process keeps about one core busy.
+  GTEST_TOTAL_SHARDS=2 GTEST_SHARD_INDEX=0 "$dir/tests/sipllm_tests" --gtest_brief=1 & shard0=$!
+  GTEST_TOTAL_SHARDS=2 GTEST_SHARD_INDEX=1 "$dir/tests/sipllm_tests" --gtest_brief=1 & shard1=$!
+  wait $shard0 || status=$?
+  wait $shard1 || status=$?
   ctest --test-dir "$dir" --output-on-failure -j2 \
     -R '^(ReferenceLogits\.|EngineVsLlamaCpp\.|FuzzCorpus\.(gguf|range_response|page_cache)$)' || status=$?
 fi
