@@ -57,11 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::Reader in(data, size);
   const uint8_t flags = in.u8();
   const uint32_t pages_length = in.u32() % (1u << 20);
-  struct Read {
-    uint32_t offset;
-    uint32_t length;
-  };
-  std::vector<Read> reads;
+  std::vector<fuzz::ReadRequest> reads;
   for (int i = 0; i < 3; ++i) reads.push_back({in.u32(), in.u32() % (64u << 10)});
   const std::string index_text = in.rest();
 
@@ -93,17 +89,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   fuzz::accepts([&] {
     std::unique_ptr<HttpSource> source = open_http_source(url, transport, options);
-    const uint64_t file_size = source->size();
-    if (file_size == 0) return;  // an empty file (a 200 with no body): nothing to read
-    std::vector<uint8_t> buffer;
-    for (const Read& r : reads) {
-      const uint64_t offset = r.offset % file_size;
-      const size_t length = static_cast<size_t>(std::min<uint64_t>(r.length, file_size - offset));
-      buffer.assign(length, 0);
-      if (!fuzz::accepts([&] { source->read(offset, buffer.data(), length); })) continue;
-      SIPLLM_FUZZ_CHECK(fuzz::is_pattern(offset, buffer.data(), length),
-                        "a read at " + std::to_string(offset) + " gave other bytes than the file's");
-    }
+    fuzz::check_reads(*source, reads);
   });
 
   // Whatever the source left in the store reads back as a valid index.

@@ -134,6 +134,20 @@ bool is_pattern(uint64_t offset, const uint8_t* bytes, size_t length) {
   return true;
 }
 
+void check_reads(HttpSource& source, const std::vector<ReadRequest>& reads) {
+  const uint64_t file_size = source.size();
+  if (file_size == 0) return;  // an empty file (a 200 with no body): nothing to read
+  std::vector<uint8_t> buffer;
+  for (const ReadRequest& r : reads) {
+    const uint64_t offset = r.offset % file_size;
+    const size_t length = static_cast<size_t>(std::min<uint64_t>(r.length, file_size - offset));
+    buffer.assign(length, 0);
+    if (!accepts([&] { source.read(offset, buffer.data(), length); })) continue;
+    SIPLLM_FUZZ_CHECK(is_pattern(offset, buffer.data(), length),
+                      "a read at " + std::to_string(offset) + " gave other bytes than the file's");
+  }
+}
+
 void MemoryStore::put(const std::string& name, std::string bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   files_[name] = std::move(bytes);

@@ -95,6 +95,15 @@ uint8_t pattern_byte(uint64_t offset);
 void fill_pattern(uint64_t offset, uint8_t* dst, size_t length);
 bool is_pattern(uint64_t offset, const uint8_t* bytes, size_t length);
 
+// A read the input asks of a source: wrapped into the file's size.
+struct ReadRequest {
+  uint64_t offset;
+  uint64_t length;
+};
+// Each read, at its offset modulo the file's size and cut at its end, either
+// fails with an sipllm::Error or gives the pattern's bytes there.
+void check_reads(HttpSource& source, const std::vector<ReadRequest>& reads);
+
 // A CacheStore in memory.
 class MemoryStore final : public CacheStore {
  public:
