@@ -104,6 +104,8 @@ void quantize_activations(const float* x, int n_positions, int cols, ActivationF
   out->n_positions = n_positions;
   const auto n = static_cast<size_t>(n_positions);
   out->q.resize(n * static_cast<size_t>(cols));
+  out->q8.resize(n * static_cast<size_t>(cols));
+  out->sums16.resize(n * static_cast<size_t>(cols / 16));
   out->d.resize(n * static_cast<size_t>(cols / block));
   out->sums.resize(n * static_cast<size_t>(cols / 32));
   auto rows = [&](size_t begin, size_t end, int) {
@@ -112,6 +114,14 @@ void quantize_activations(const float* x, int n_positions, int cols, ActivationF
                               out->q.data() + p * static_cast<size_t>(cols),
                               out->d.data() + p * static_cast<size_t>(cols / block),
                               out->sums.data() + p * static_cast<size_t>(cols / 32));
+      const int16_t* q = out->q.data() + p * static_cast<size_t>(cols);
+      int8_t* q8 = out->q8.data() + p * static_cast<size_t>(cols);
+      int32_t* sums16 = out->sums16.data() + p * static_cast<size_t>(cols / 16);
+      for (int i = 0; i < cols; i += 16) {  // cols is a multiple of 32
+        const v128_t lo = simd::load(q + i), hi = simd::load(q + i + 8);
+        simd::store(q8 + i, wasm_i8x16_narrow_i16x8(lo, hi));
+        sums16[i / 16] = simd::sum_i32(wasm_i32x4_dot_i16x8(wasm_i16x8_add(lo, hi), wasm_i16x8_splat(1)));
+      }
     }
   };
   if (pool != nullptr && n * static_cast<size_t>(cols) >= kParallelElements) {

@@ -4,10 +4,11 @@
 //
 // The scale is a float, holding the value ggml's layouts store (Q8_0 rounds
 // it to a half float, after the values were rounded with the exact one, so
-// the products equal ggml's); the values are kept widened to int16 (a dot
-// product then needs no unpacking of the side that is reused for every
-// weight row), and every run of 32 values carries its integer sum (what
-// weight formats with a minimum, or an offset, need).
+// the products equal ggml's); the values, in [-127, 127], are kept widened to
+// int16 (a dot product then needs no unpacking of the side that is reused
+// for every weight row) and as int8 (for 8-bit dot products), and every run
+// of 32 values carries its integer sum (what weight formats with a minimum,
+// or an offset, need).
 //
 // Each position is quantized on its own, by a function of its values alone:
 // the same row quantizes the same way whatever else is in the batch.
@@ -37,12 +38,16 @@ struct QuantizedActivations {
   int block = 32;  // activation_block(format)
 
   std::vector<int16_t> q;     // [position][cols]
+  std::vector<int8_t> q8;     // the same values as int8, for kernels with 8-bit dot products
   std::vector<float> d;       // [position][cols / block]
   std::vector<int32_t> sums;  // [position][cols / 32]: sum of each run of 32 q
+  std::vector<int32_t> sums16;  // [position][cols / 16]: the same per run of 16
 
   const int16_t* q_row(int p) const { return q.data() + static_cast<size_t>(p) * cols; }
+  const int8_t* q8_row(int p) const { return q8.data() + static_cast<size_t>(p) * cols; }
   const float* d_row(int p) const { return d.data() + static_cast<size_t>(p) * static_cast<size_t>(cols / block); }
   const int32_t* sums_row(int p) const { return sums.data() + static_cast<size_t>(p) * (cols / 32); }
+  const int32_t* sums16_row(int p) const { return sums16.data() + static_cast<size_t>(p) * (cols / 16); }
 };
 
 // Quantizes n_positions rows of `cols` floats (a multiple of the format's

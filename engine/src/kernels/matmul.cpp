@@ -35,7 +35,10 @@ const MatmulKernel* find_matmul_kernel(TensorType type) {
   }
 }
 
-void matmul(const WeightMatrix& w, Activations& x, float* y, ThreadPool& pool, int y_stride) {
+namespace {
+
+// The kernel for w, checked against the activations it is given.
+const MatmulKernel& checked_kernel(const WeightMatrix& w, const Activations& x) {
   const MatmulKernel* kernel = find_matmul_kernel(w.type);
   if (kernel == nullptr) {
     throw Error(ErrorKind::kUnsupported, "no matrix product kernel for tensor type " +
@@ -45,18 +48,68 @@ void matmul(const WeightMatrix& w, Activations& x, float* y, ThreadPool& pool, i
     throw Error(ErrorKind::kInvalidArgument, "matrix product of rows of " + std::to_string(w.cols) +
                                                  " with activations of " + std::to_string(x.cols()));
   }
+  return *kernel;
+}
+
+ActivationView view_for(const MatmulKernel& kernel, Activations& x, ThreadPool& pool) {
   ActivationView view;
   view.n_positions = x.n_positions();
   view.cols = x.cols();
   view.f32 = x.f32();
-  if (kernel->activations != ActivationFormat::kF32) view.q = &x.quantized(kernel->activations, pool);
+  if (kernel.activations != ActivationFormat::kF32) view.q = &x.quantized(kernel.activations, pool);
+  return view;
+}
 
-  const size_t stride = static_cast<size_t>(y_stride > 0 ? y_stride : w.rows);
-  const size_t macs_per_row = static_cast<size_t>(w.cols) * static_cast<size_t>(view.n_positions);
+// Rows per chunk handed to a thread: whole tiles of four rows.
+size_t chunk_rows(const WeightMatrix& w, int n_positions) {
+  const size_t macs_per_row = static_cast<size_t>(w.cols) * static_cast<size_t>(n_positions);
   const size_t rows_per_chunk = std::max<size_t>(1, kChunkMacs / std::max<size_t>(1, macs_per_row));
-  const size_t grain = (rows_per_chunk + 3) / 4 * 4;  // whole tiles of four rows
-  pool.parallel_for(static_cast<size_t>(w.rows), grain, [&](size_t begin, size_t end, int) {
-    kernel->rows(w, static_cast<int>(begin), static_cast<int>(end), view, y, stride);
+  return (rows_per_chunk + 3) / 4 * 4;
+}
+
+}  // namespace
+
+void matmul(const WeightMatrix& w, Activations& x, float* y, ThreadPool& pool, int y_stride) {
+  const MatmulKernel& kernel = checked_kernel(w, x);
+  const ActivationView view = view_for(kernel, x, pool);
+  const size_t stride = static_cast<size_t>(y_stride > 0 ? y_stride : w.rows);
+  pool.parallel_for(static_cast<size_t>(w.rows), chunk_rows(w, view.n_positions), [&](size_t begin, size_t end, int) {
+    kernel.rows(w, static_cast<int>(begin), static_cast<int>(end), view, y, stride);
+  });
+}
+
+void matmul_each(std::initializer_list<MatmulProduct> products, Activations& x, ThreadPool& pool) {
+  struct Part {
+    const MatmulKernel* kernel;
+    ActivationView view;
+    const WeightMatrix* w;
+    float* y;
+    size_t first_chunk, grain;
+  };
+  constexpr size_t kMaxProducts = 4;
+  if (products.size() > kMaxProducts) throw Error(ErrorKind::kInvalidArgument, "more than 4 products in one loop");
+  Part parts[kMaxProducts];
+  size_t n_parts = 0, chunks = 0;
+  for (const MatmulProduct& p : products) {
+    Part& part = parts[n_parts++];
+    part.kernel = &checked_kernel(*p.w, x);
+    part.view = view_for(*part.kernel, x, pool);
+    part.w = p.w;
+    part.y = p.y;
+    part.first_chunk = chunks;
+    part.grain = chunk_rows(*p.w, x.n_positions());
+    chunks += (static_cast<size_t>(p.w->rows) + part.grain - 1) / part.grain;
+  }
+  pool.parallel_for(chunks, 1, [&](size_t begin, size_t end, int) {
+    for (size_t chunk = begin; chunk < end; ++chunk) {
+      size_t i = n_parts - 1;
+      while (parts[i].first_chunk > chunk) --i;
+      const Part& part = parts[i];
+      const size_t row = (chunk - part.first_chunk) * part.grain;
+      const size_t row_end = std::min(row + part.grain, static_cast<size_t>(part.w->rows));
+      part.kernel->rows(*part.w, static_cast<int>(row), static_cast<int>(row_end), part.view, part.y,
+                        static_cast<size_t>(part.w->rows));
+    }
   });
 }
 

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include "kernels/activation_quant.h"
 #include "model/tensor_type.h"
@@ -51,6 +52,17 @@ const MatmulKernel* find_matmul_kernel(TensorType type);
 // defaults to w.rows. Throws Error(kUnsupported) naming the type when no
 // kernel handles it.
 void matmul(const WeightMatrix& w, Activations& x, float* y, ThreadPool& pool, int y_stride = 0);
+
+// One product of several with the same input.
+struct MatmulProduct {
+  const WeightMatrix* w;
+  float* y;  // [position][w->rows]
+};
+// The products of several matrices with the same activations (Q, K and V;
+// gate and up) in one parallel loop: threads go from one matrix's rows to
+// the next without waiting for each other in between. Each product's result
+// is the one matmul() gives.
+void matmul_each(std::initializer_list<MatmulProduct> products, Activations& x, ThreadPool& pool);
 void matmul(const WeightMatrix& w, const float* x, int n_positions, float* y, ThreadPool& pool,
             int y_stride = 0);
 

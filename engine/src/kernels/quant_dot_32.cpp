@@ -1,10 +1,13 @@
 // Weights in 32-element blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) times Q8_0
 // activations.
 //
-// Per block, the weight values are unpacked to int16 and multiplied with the
-// int16 activations by i32x4.dot_i16x8: the block's integer sum is exact.
-// (Q4_0 and Q5_0 unpack q and subtract offset * sum(x_q) once: the same sum
-// of (q - offset) * x_q, in fewer operations.)
+// Per block, the block's integer sum of weight values times activation
+// values is exact: Q8_0's signed bytes are widened to int16 and multiplied
+// with the int16 activations by i32x4.dot_i16x8; the other formats' unsigned
+// values (at most five bits) go to simd::dot_u7x16_add, an 8-bit dot product
+// where the platform has one. (Q4_0 and Q5_0 unpack q and subtract
+// offset * sum(x_q) once: the same sum of (q - offset) * x_q, in fewer
+// operations.)
 // Then, for row r and position p, in block order:
 //   acc += (float)isum * (d_w * d_x)                      (Q4_0, Q5_0, Q8_0)
 //   acc += (float)isum * (d_w * d_x) + m_w * (d_x * sum_x) (Q4_1, Q5_1)
@@ -33,8 +36,9 @@ Block read_block(const uint8_t* p) {
 
 // ---- The formats: SIMD unpacking and its scalar reference ---------------------
 //
-// unpack() writes the block's 32 integer values as four i16x8 in element
-// order; unpack_reference() the same values one by one, from the layout
+// unpack() writes a block's 32 signed values as four i16x8 in element order
+// (Q8_0), unpack_bytes() a block's 32 unsigned values as two u8x16 (the
+// others); unpack_reference() the same values one by one, from the layout
 // description in tensor_type.h.
 
 inline v128_t low_nibbles(v128_t bytes) { return wasm_v128_and(bytes, wasm_i8x16_splat(0x0f)); }
@@ -62,15 +66,9 @@ v128_t fifth_bits(uint32_t qh) {
                          static_cast<int64_t>(kFifthBitBytes[(qh >> (8 * kFirstByte + 8)) & 0xff]));
 }
 
-inline void widen_unsigned(v128_t lo, v128_t hi, v128_t w[4]) {
-  w[0] = wasm_u16x8_extend_low_u8x16(lo);
-  w[1] = wasm_u16x8_extend_high_u8x16(lo);
-  w[2] = wasm_u16x8_extend_low_u8x16(hi);
-  w[3] = wasm_u16x8_extend_high_u8x16(hi);
-}
-
 struct Q8_0Format {
   static constexpr size_t kBytes = sizeof(BlockQ8_0);
+  static constexpr bool kSignedBytes = true;
   static constexpr bool kHasMin = false;
   static constexpr int kOffset = 0;
   static uint16_t scale_bits(const uint8_t* b) { return simd::load_u16(b); }
@@ -92,15 +90,17 @@ struct Q8_0Format {
 
 struct Q4_0Format {
   static constexpr size_t kBytes = sizeof(BlockQ4_0);
+  static constexpr bool kSignedBytes = false;
   static constexpr bool kHasMin = false;
   static constexpr int kOffset = 8;
   static uint16_t scale_bits(const uint8_t* b) { return simd::load_u16(b); }
   static uint16_t min_bits(const uint8_t*) { return 0; }
   // The unsigned nibbles; the kernel subtracts 8 * sum(x) instead of 8 from
   // every value.
-  static void unpack(const uint8_t* b, v128_t w[4]) {
+  static void unpack_bytes(const uint8_t* b, v128_t u[2]) {
     const v128_t bytes = simd::load(b + offsetof(BlockQ4_0, qs));
-    widen_unsigned(low_nibbles(bytes), high_nibbles(bytes), w);
+    u[0] = low_nibbles(bytes);
+    u[1] = high_nibbles(bytes);
   }
   static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ4_0>(b).d); }
   static float min_reference(const uint8_t*) { return 0.0f; }
@@ -115,13 +115,15 @@ struct Q4_0Format {
 
 struct Q4_1Format {
   static constexpr size_t kBytes = sizeof(BlockQ4_1);
+  static constexpr bool kSignedBytes = false;
   static constexpr bool kHasMin = true;
   static constexpr int kOffset = 0;
   static uint16_t scale_bits(const uint8_t* b) { return simd::load_u16(b); }
   static uint16_t min_bits(const uint8_t* b) { return simd::load_u16(b + offsetof(BlockQ4_1, m)); }
-  static void unpack(const uint8_t* b, v128_t w[4]) {
+  static void unpack_bytes(const uint8_t* b, v128_t u[2]) {
     const v128_t bytes = simd::load(b + offsetof(BlockQ4_1, qs));
-    widen_unsigned(low_nibbles(bytes), high_nibbles(bytes), w);
+    u[0] = low_nibbles(bytes);
+    u[1] = high_nibbles(bytes);
   }
   static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ4_1>(b).d); }
   static float min_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ4_1>(b).m); }
@@ -142,17 +144,17 @@ uint32_t read_qh(const uint8_t* p) {
 
 struct Q5_0Format {
   static constexpr size_t kBytes = sizeof(BlockQ5_0);
+  static constexpr bool kSignedBytes = false;
   static constexpr bool kHasMin = false;
   static constexpr int kOffset = 16;
   static uint16_t scale_bits(const uint8_t* b) { return simd::load_u16(b); }
   static uint16_t min_bits(const uint8_t*) { return 0; }
   // The unsigned five-bit values; the kernel subtracts 16 * sum(x).
-  static void unpack(const uint8_t* b, v128_t w[4]) {
+  static void unpack_bytes(const uint8_t* b, v128_t u[2]) {
     const uint32_t qh = read_qh(b + offsetof(BlockQ5_0, qh));
     const v128_t bytes = simd::load(b + offsetof(BlockQ5_0, qs));
-    const v128_t lo = wasm_v128_or(low_nibbles(bytes), fifth_bits<0>(qh));
-    const v128_t hi = wasm_v128_or(high_nibbles(bytes), fifth_bits<2>(qh));
-    widen_unsigned(lo, hi, w);
+    u[0] = wasm_v128_or(low_nibbles(bytes), fifth_bits<0>(qh));
+    u[1] = wasm_v128_or(high_nibbles(bytes), fifth_bits<2>(qh));
   }
   static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ5_0>(b).d); }
   static float min_reference(const uint8_t*) { return 0.0f; }
@@ -170,16 +172,16 @@ struct Q5_0Format {
 
 struct Q5_1Format {
   static constexpr size_t kBytes = sizeof(BlockQ5_1);
+  static constexpr bool kSignedBytes = false;
   static constexpr bool kHasMin = true;
   static constexpr int kOffset = 0;
   static uint16_t scale_bits(const uint8_t* b) { return simd::load_u16(b); }
   static uint16_t min_bits(const uint8_t* b) { return simd::load_u16(b + offsetof(BlockQ5_1, m)); }
-  static void unpack(const uint8_t* b, v128_t w[4]) {
+  static void unpack_bytes(const uint8_t* b, v128_t u[2]) {
     const uint32_t qh = read_qh(b + offsetof(BlockQ5_1, qh));
     const v128_t bytes = simd::load(b + offsetof(BlockQ5_1, qs));
-    const v128_t lo = wasm_v128_or(low_nibbles(bytes), fifth_bits<0>(qh));
-    const v128_t hi = wasm_v128_or(high_nibbles(bytes), fifth_bits<2>(qh));
-    widen_unsigned(lo, hi, w);
+    u[0] = wasm_v128_or(low_nibbles(bytes), fifth_bits<0>(qh));
+    u[1] = wasm_v128_or(high_nibbles(bytes), fifth_bits<2>(qh));
   }
   static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ5_1>(b).d); }
   static float min_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ5_1>(b).m); }
@@ -200,21 +202,19 @@ template <class F, int kPositions>
 void dot_rows4(const uint8_t* const row[4], int n_blocks, const QuantizedActivations& x, int p0,
                v128_t acc[kPositions]) {
   const int16_t* xq[kPositions];
+  const int8_t* x8s[kPositions];
   const float* xd[kPositions];
   const int32_t* xs[kPositions];
   for (int j = 0; j < kPositions; ++j) {
     xq[j] = x.q_row(p0 + j);
+    x8s[j] = x.q8_row(p0 + j);
     xd[j] = x.d_row(p0 + j);
     xs[j] = x.sums_row(p0 + j);
     acc[j] = wasm_f32x4_splat(0.0f);
   }
   for (int b = 0; b < n_blocks; ++b) {
     const uint8_t* block[4];
-    v128_t w[4][4];
-    for (int i = 0; i < 4; ++i) {
-      block[i] = row[i] + static_cast<size_t>(b) * F::kBytes;
-      F::unpack(block[i], w[i]);
-    }
+    for (int i = 0; i < 4; ++i) block[i] = row[i] + static_cast<size_t>(b) * F::kBytes;
     // The four rows' fp16 scales (and minimums), converted together.
     const v128_t dw4 = simd::fp16x4_to_f32x4(wasm_i32x4_make(F::scale_bits(block[0]), F::scale_bits(block[1]),
                                                              F::scale_bits(block[2]), F::scale_bits(block[3])));
@@ -223,15 +223,8 @@ void dot_rows4(const uint8_t* const row[4], int n_blocks, const QuantizedActivat
       mw4 = simd::fp16x4_to_f32x4(wasm_i32x4_make(F::min_bits(block[0]), F::min_bits(block[1]),
                                                   F::min_bits(block[2]), F::min_bits(block[3])));
     }
-    for (int j = 0; j < kPositions; ++j) {
-      const int16_t* xb = xq[j] + b * kBlock;
-      const v128_t x0 = simd::load(xb), x1 = simd::load(xb + 8);
-      const v128_t x2 = simd::load(xb + 16), x3 = simd::load(xb + 24);
-      v128_t s[4];
-      for (int i = 0; i < 4; ++i) {
-        s[i] = wasm_i32x4_add(wasm_i32x4_add(wasm_i32x4_dot_i16x8(w[i][0], x0), wasm_i32x4_dot_i16x8(w[i][1], x1)),
-                              wasm_i32x4_add(wasm_i32x4_dot_i16x8(w[i][2], x2), wasm_i32x4_dot_i16x8(w[i][3], x3)));
-      }
+    // Position j's products with the four rows, s[i] for row i, to the float accumulator.
+    const auto accumulate = [&](int j, const v128_t s[4]) {
       v128_t isum_i = simd::transpose_sum_i32(s[0], s[1], s[2], s[3]);
       if (F::kOffset != 0) isum_i = wasm_i32x4_sub(isum_i, wasm_i32x4_splat(F::kOffset * xs[j][b]));
       const v128_t isum = wasm_f32x4_convert_i32x4(isum_i);
@@ -242,6 +235,36 @@ void dot_rows4(const uint8_t* const row[4], int n_blocks, const QuantizedActivat
         term = wasm_f32x4_add(term, wasm_f32x4_mul(mw4, wasm_f32x4_splat(sx)));
       }
       acc[j] = wasm_f32x4_add(acc[j], term);
+    };
+    if constexpr (F::kSignedBytes) {
+      v128_t w[4][4];
+      for (int i = 0; i < 4; ++i) F::unpack(block[i], w[i]);
+      for (int j = 0; j < kPositions; ++j) {
+        const int16_t* xb = xq[j] + b * kBlock;
+        const v128_t x0 = simd::load(xb), x1 = simd::load(xb + 8);
+        const v128_t x2 = simd::load(xb + 16), x3 = simd::load(xb + 24);
+        v128_t s[4];
+        for (int i = 0; i < 4; ++i) {
+          s[i] = wasm_i32x4_add(wasm_i32x4_add(wasm_i32x4_dot_i16x8(w[i][0], x0), wasm_i32x4_dot_i16x8(w[i][1], x1)),
+                                wasm_i32x4_add(wasm_i32x4_dot_i16x8(w[i][2], x2), wasm_i32x4_dot_i16x8(w[i][3], x3)));
+        }
+        accumulate(j, s);
+      }
+    } else {
+      // Unsigned values of at most five bits: 8-bit dot products where the
+      // platform has them.
+      v128_t u[4][2];
+      for (int i = 0; i < 4; ++i) F::unpack_bytes(block[i], u[i]);
+      for (int j = 0; j < kPositions; ++j) {
+        const int8_t* x8 = x8s[j] + b * kBlock;
+        const int16_t* x16 = xq[j] + b * kBlock;
+        v128_t s[4];
+        for (int i = 0; i < 4; ++i) {
+          s[i] = simd::dot_u7x16_add(u[i][1], x8 + 16, x16 + 16,
+                                     simd::dot_u7x16_add(u[i][0], x8, x16, wasm_i32x4_splat(0)));
+        }
+        accumulate(j, s);
+      }
     }
   }
 }

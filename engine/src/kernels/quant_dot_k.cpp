@@ -32,8 +32,9 @@ Block read_block(const uint8_t* p) {
 // ---- The formats ------------------------------------------------------------------
 //
 // Each format walks a super-block in chunks of 16 consecutive elements,
-// handing each chunk to a sink as two i16x8 with its element offset and the
-// index of its scale. decode_scales() gives the integer scales (and mins);
+// handing each chunk to a sink as a u8x16 or i8x16 with its element offset
+// and the index of its scale. Q4_K's and Q5_K's values are unsigned; Q6_K's
+// are q - 32 as signed bytes, or q itself (in [0, 63]) when kUnsigned. decode_scales() gives the integer scales (and mins);
 // the *_reference functions give the same values one element at a time,
 // straight from the layout description in tensor_type.h.
 
@@ -86,7 +87,7 @@ struct Q4_KFormat {
   static uint16_t d_bits(const uint8_t* b) { return simd::load_u16(b + offsetof(BlockQ4_K, d)); }
   static uint16_t dmin_bits(const uint8_t* b) { return simd::load_u16(b + offsetof(BlockQ4_K, dmin)); }
   static void decode_scales(const uint8_t* b, Scales* s) { decode_k_scales(b + offsetof(BlockQ4_K, scales), s); }
-  template <class Sink>
+  template <bool kUnsigned = false, class Sink>
   static void for_each_chunk(const uint8_t* b, Sink&& sink) {
     const uint8_t* qs = b + offsetof(BlockQ4_K, qs);
     const v128_t low = wasm_i8x16_splat(0x0f);
@@ -119,7 +120,7 @@ struct Q5_KFormat {
   static uint16_t d_bits(const uint8_t* b) { return simd::load_u16(b + offsetof(BlockQ5_K, d)); }
   static uint16_t dmin_bits(const uint8_t* b) { return simd::load_u16(b + offsetof(BlockQ5_K, dmin)); }
   static void decode_scales(const uint8_t* b, Scales* s) { decode_k_scales(b + offsetof(BlockQ5_K, scales), s); }
-  template <class Sink>
+  template <bool kUnsigned = false, class Sink>
   static void for_each_chunk(const uint8_t* b, Sink&& sink) {
     const uint8_t* qs = b + offsetof(BlockQ5_K, qs);
     const uint8_t* qh = b + offsetof(BlockQ5_K, qh);
@@ -166,10 +167,9 @@ struct Q6_KFormat {
     simd::store(s->scale + 8, wasm_i32x4_extend_low_i16x8(hi));
     simd::store(s->scale + 12, wasm_i32x4_extend_high_i16x8(hi));
   }
-  // Values are q - 32, as signed bytes.
-  template <class Sink>
+  template <bool kUnsigned = false, class Sink>
   static void for_each_chunk(const uint8_t* b, Sink&& sink) {
-    const v128_t low = wasm_i8x16_splat(0x0f), thirty_two = wasm_i8x16_splat(32);
+    const v128_t low = wasm_i8x16_splat(0x0f), thirty_two = wasm_i8x16_splat(kUnsigned ? 0 : 32);
     for (int h = 0; h < 2; ++h) {
       const uint8_t* ql = b + offsetof(BlockQ6_K, ql) + 64 * h;
       const uint8_t* qh = b + offsetof(BlockQ6_K, qh) + 32 * h;
@@ -219,21 +219,30 @@ inline v128_t widen_high(v128_t v) {
 
 // ---- The SIMD kernel ---------------------------------------------------------
 //
-// One position (decode): each chunk is multiplied with the activations as it
-// is unpacked, and its sum scaled by an int32 multiply. Several positions
+// One position (decode): each chunk's unsigned values are multiplied with the
+// activations as they are unpacked (simd::dot_u7x16_add: an 8-bit dot
+// product where the platform has one), and each sum scaled by an int32
+// multiply; Q6_K then takes away 32 * sum of scale * x. Several positions
 // (prefill): each block of four rows is unpacked once into int16 values
 // already multiplied by their scale (|q * scale| <= 4096 fits), then every
 // position takes plain dot products of those. Both give the same integer A.
 
 // Lanes of the result sum to A for one row of one block.
 template <class F>
-v128_t dot_a_fused(const uint8_t* block, const Scales& s, const int16_t* x) {
+v128_t dot_a_fused(const uint8_t* block, const Scales& s, const int16_t* x16, const int8_t* x8,
+                   const int32_t* xsums16) {
   v128_t a = wasm_i32x4_splat(0);
-  F::for_each_chunk(block, [&](int e, v128_t q, int scale_index) {
-    const v128_t sum = wasm_i32x4_add(wasm_i32x4_dot_i16x8(widen_low<F>(q), simd::load(x + e)),
-                                      wasm_i32x4_dot_i16x8(widen_high<F>(q), simd::load(x + e + 8)));
+  F::template for_each_chunk<true>(block, [&](int e, v128_t q, int scale_index) {
+    const v128_t sum = simd::dot_u7x16_add(q, x8 + e, x16 + e, wasm_i32x4_splat(0));
     a = wasm_i32x4_add(a, wasm_i32x4_mul(sum, wasm_i32x4_splat(s.scale[scale_index])));
   });
+  if (!F::kHasMin) {  // Q6_K: the values were q, not q - 32
+    v128_t offset = wasm_i32x4_splat(0);
+    for (int g = 0; g < 16; g += 4) {
+      offset = wasm_i32x4_add(offset, wasm_i32x4_mul(simd::load(s.scale + g), simd::load(xsums16 + g)));
+    }
+    a = wasm_i32x4_sub(a, wasm_i32x4_shl(offset, 5));
+  }
   return a;
 }
 
@@ -295,9 +304,12 @@ void dot_rows4(const uint8_t* const row[4], int n_blocks, const QuantizedActivat
         dot_a_scaled_2(scaled, x.q_row(p0 + j) + b * kQK_K, x.q_row(p0 + j + 1) + b * kQK_K, &a4[j]);
       }
     } else {
-      const int16_t* xq = x.q_row(p0) + b * kQK_K;
-      a4[0] = simd::transpose_sum_i32(dot_a_fused<F>(block[0], s[0], xq), dot_a_fused<F>(block[1], s[1], xq),
-                                      dot_a_fused<F>(block[2], s[2], xq), dot_a_fused<F>(block[3], s[3], xq));
+      const int16_t* x16 = x.q_row(p0) + b * kQK_K;
+      const int8_t* x8 = x.q8_row(p0) + b * kQK_K;
+      const int32_t* xs16 = x.sums16_row(p0) + b * (kQK_K / 16);
+      a4[0] = simd::transpose_sum_i32(
+          dot_a_fused<F>(block[0], s[0], x16, x8, xs16), dot_a_fused<F>(block[1], s[1], x16, x8, xs16),
+          dot_a_fused<F>(block[2], s[2], x16, x8, xs16), dot_a_fused<F>(block[3], s[3], x16, x8, xs16));
     }
     for (int j = 0; j < kPositions; ++j) {
       const v128_t dx = wasm_f32x4_splat(x.d_row(p0 + j)[b]);

@@ -14,6 +14,9 @@
 #else
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/wasm/simd128.h>
+#if defined(__SSSE3__)
+#include <tmmintrin.h>
+#endif
 #endif
 
 #include <cstdint>
@@ -87,6 +90,34 @@ inline void prefetch_rows(const uint8_t* row, size_t row_bytes, const uint8_t* e
   if (ahead >= end) return;
   const uint8_t* last = ahead + 4 * row_bytes;
   prefetch_range(ahead, last < end ? last : end);
+}
+
+// ---- Byte dot products ------------------------------------------------------------
+
+// acc plus the 16 products u[i] * x[i], where u's bytes are weights in
+// [0, 127] and x holds 16 activations as int8 (x8) and as int16 (x16): the
+// result's lanes sum to acc's lanes plus those products (how the products are
+// spread over the lanes depends on the platform; callers only ever add all
+// lanes, which is exact). With an 8-bit dot product instruction (wasm relaxed
+// SIMD's i32x4.relaxed_dot_i8x16_i7x16_add_s, x86's pmaddubsw) it takes x8;
+// without one (plain SIMD128) u is widened and multiplied with x16.
+#if defined(__wasm_relaxed_simd__) || (!defined(__EMSCRIPTEN__) && defined(__SSSE3__))
+#define SIPLLM_BYTE_DOT 1
+#endif
+inline v128_t dot_u7x16_add(v128_t u, const int8_t* x8, const int16_t* x16, v128_t acc) {
+#if defined(__wasm_relaxed_simd__)
+  (void)x16;
+  return wasm_i32x4_relaxed_dot_i8x16_i7x16_add(wasm_v128_load(x8), u, acc);
+#elif defined(SIPLLM_BYTE_DOT)
+  (void)x16;
+  // u * x as pairs of int16 (no saturation: 2 * 127 * 128 < 2^15), then pairs of those as int32.
+  const __m128i pairs = _mm_maddubs_epi16(simde_v128_to_m128i(u), _mm_loadu_si128(reinterpret_cast<const __m128i*>(x8)));
+  return wasm_i32x4_add(acc, simde_v128_from_m128i(_mm_madd_epi16(pairs, _mm_set1_epi16(1))));
+#else
+  (void)x8;
+  return wasm_i32x4_add(acc, wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_u16x8_extend_low_u8x16(u), load(x16)),
+                                            wasm_i32x4_dot_i16x8(wasm_u16x8_extend_high_u8x16(u), load(x16 + 8))));
+#endif
 }
 
 // ---- Reductions ----------------------------------------------------------------

@@ -232,9 +232,7 @@ void Transformer::run_block(int layer, const UnitWeights& w, int n, const std::v
   // Attention.
   for_each_position(n, dim, [&](int i) { rmsnorm(at(xb_, i, dim), at(x_, i, dim), w.attn_norm, dim, s.rms_eps); });
   activations_.reset(xb_.data(), n, dim);
-  matmul(w.attn_q, activations_, q_.data(), pool_);
-  matmul(w.attn_k, activations_, k_.data(), pool_);
-  matmul(w.attn_v, activations_, v_.data(), pool_);
+  matmul_each({{&w.attn_q, q_.data()}, {&w.attn_k, k_.data()}, {&w.attn_v, v_.data()}}, activations_, pool_);
   // Which sequence's cache, and which position in it, each row is.
   row_slots_.resize(static_cast<size_t>(n));
   for (const Segment& seg : segments) {
@@ -277,8 +275,7 @@ void Transformer::run_block(int layer, const UnitWeights& w, int n, const std::v
   // Feed-forward.
   for_each_position(n, dim, [&](int i) { rmsnorm(at(xb_, i, dim), at(x_, i, dim), w.ffn_norm, dim, s.rms_eps); });
   activations_.reset(xb_.data(), n, dim);
-  matmul(w.ffn_gate, activations_, gate_.data(), pool_);
-  matmul(w.ffn_up, activations_, up_.data(), pool_);
+  matmul_each({{&w.ffn_gate, gate_.data()}, {&w.ffn_up, up_.data()}}, activations_, pool_);
   const auto activate = model_.family->feed_forward == FeedForward::kGeluTanh ? gelu_tanh_glu : swiglu;
   for_each_position(n, hidden, [&](int i) { activate(at(gate_, i, hidden), at(up_, i, hidden), hidden); });
   activations_.reset(gate_.data(), n, hidden);
