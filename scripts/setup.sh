@@ -10,7 +10,9 @@ command -v node > /dev/null 2>&1 || native="$native nodejs"
 # The WebAssembly build, the web package and the demo's dev server. Node and
 # npm may come from elsewhere (NodeSource's nodejs carries its own npm), so
 # they are installed from Debian only when the commands are missing.
-web="cmake ninja-build emscripten"
+# LLVM 19 (clang, lld) for the relaxed SIMD variant: Emscripten's own LLVM 14
+# lacks it.
+web="cmake ninja-build emscripten clang-19 lld-19 llvm-19"
 command -v node > /dev/null 2>&1 || web="$web nodejs"
 command -v npm > /dev/null 2>&1 || web="$web npm"
 # The demo's end-to-end tests drive Debian's Chromium (Playwright cannot

@@ -39,6 +39,7 @@ test('the production build generates what the native engine generates', async ({
   expect(readdirSync(join(outDir, 'assets')).filter((name) => /^worker-[\w-]+\.js$/.test(name))).toHaveLength(1);
   expect(readdirSync(join(outDir, 'sipllm-wasm')).sort()).toEqual(expect.arrayContaining([
     'sipllm-single.js', 'sipllm-single.wasm', 'sipllm-threaded.js', 'sipllm-threaded.wasm', 'sipllm-threaded.worker.js',
+    'sipllm-relaxed.js', 'sipllm-relaxed.wasm', 'sipllm-relaxed.worker.js',
   ]));
 
   await expectReady(page, await openDemoAt(page, `${server.url}/`));
@@ -47,6 +48,6 @@ test('the production build generates what the native engine generates', async ({
   expect(await complete(page, PROMPT)).toBe(expected);
   await page.screenshot({ path: testInfo.outputPath('production-build.png'), fullPage: true });
   const stats = await pageStats(page);
-  expect(stats.build).toBe('threaded');
+  expect(stats.build).toBe('relaxed');
   await expect(page.locator('#units .unit[data-state="resident"]')).toHaveCount(stats.loader.units.length);
 });

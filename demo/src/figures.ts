@@ -39,6 +39,12 @@ function memory(stats: Stats): { value: string; detail: string; fraction: number
   return { value, detail, fraction: budget === null || budget === 0 ? null : inUse / budget };
 }
 
+const BUILD_NAMES: Record<Stats['build'], string> = {
+  threaded: 'threaded build',
+  relaxed: 'threaded build with relaxed SIMD',
+  single: 'single-thread build',
+};
+
 export function renderFigures(target: HTMLElement, stats: Stats | null, live: LiveRequest | null): void {
   const rows: HTMLElement[] = [];
   const isolated = globalThis.crossOriginIsolated === true;
@@ -46,7 +52,7 @@ export function renderFigures(target: HTMLElement, stats: Stats | null, live: Li
                 isolated ? '(SharedArrayBuffer: threads available)' : '(no COOP/COEP: single-thread build)'));
   if (stats !== null) {
     rows.push(row('threads', 'Threads', String(stats.threads),
-                  stats.build === 'single' ? '(single-thread build)' : '(threaded build)'));
+                  `(${BUILD_NAMES[stats.build]})`));
   }
 
   const generation: GenerationStats | null = stats?.lastGeneration ?? null;

@@ -77,6 +77,8 @@ matrix (comma-separated lists):
   --types LIST         ${TYPES.join(', ')} (default: all)
   --threads LIST       compute threads (default: 1,2)
   --engines LIST       sipllm, wllama (default: both)
+  --sipllm-build B     SipLLM's WebAssembly build: auto, threaded or relaxed
+                       (default auto: relaxed where the browser has relaxed SIMD)
   --quick              --models smollm-135m --types Q8_0 --threads 2
 
 workload:
@@ -117,7 +119,7 @@ function parseOptions(argv) {
   const o = {
     models: SHAPES, types: TYPES, threads: [1, 2], engines: ['sipllm', 'wllama'],
     promptTokens: 128, genTokens: 64, warmRuns: null, context: 512, seed: 1,
-    mbps: 0, latencyMs: 0, build: false, wasmDir: null,
+    mbps: 0, latencyMs: 0, build: false, wasmDir: null, sipllmBuild: 'auto',
     modelsDir: join(repoRoot, 'build/bench-models'),
     vocab: null,
     defaultVocab: join(repoRoot, 'build/native/tests/fixtures/models/llama.cpp-vocab/ggml-vocab-llama-spm.gguf'),
@@ -153,6 +155,7 @@ function parseOptions(argv) {
       case '--types': o.types = list(flag, value(), TYPES); break;
       case '--threads': o.threads = list(flag, value()).map((t) => count(flag, t, 1)); break;
       case '--engines': o.engines = list(flag, value(), ['sipllm', 'wllama']); break;
+      case '--sipllm-build': [o.sipllmBuild] = list(flag, value(), ['auto', 'threaded', 'relaxed']); break;
       case '--quick': o.models = ['smollm-135m']; o.types = ['Q8_0']; o.threads = [2]; break;
       case '--prompt-tokens': o.promptTokens = count(flag, value(), 2); break;
       case '--gen-tokens': o.genTokens = count(flag, value(), 2); break;
@@ -510,7 +513,7 @@ function checkRow(o, row, notes) {
 function printTables(o, rows, meta) {
   const out = [];
   out.push('');
-  out.push(`SipLLM / wllama ${meta.wllamaVersion} in ${meta.browser}, ${meta.cores} cores; ` +
+  out.push(`SipLLM (${meta.sipllmBuild ?? o.sipllmBuild} build) / wllama ${meta.wllamaVersion} in ${meta.browser}, ${meta.cores} cores; ` +
            `${o.promptTokens}-token prompt, ${o.genTokens} greedy tokens, context ${o.context}; ` +
            `models served ${o.mbps > 0 ? `at ${o.mbps} MB/s` : 'uncapped'} from localhost` +
            `${o.latencyMs > 0 ? ` with ${o.latencyMs} ms latency` : ''}; ${meta.date}`);
@@ -634,7 +637,7 @@ async function main() {
           const config = {
             url: `${modelServer.url}/${model.file}`, threads, prompt: model.prompt, maxTokens: o.genTokens,
             ban: model.ban, contextLength: o.context, warmRuns: o.warmRuns, seed: o.seed,
-            sipllmWasmBase: o.wasmDir === null ? null : '/sipllm-wasm/',
+            sipllmWasmBase: o.wasmDir === null ? null : '/sipllm-wasm/', sipllmBuild: o.sipllmBuild,
           };
           log.push(label);
           let result;
@@ -645,6 +648,7 @@ async function main() {
           }
           if (result.browserVersion) meta.browser = `Chromium ${result.browserVersion}`;
           if (result.cores) meta.cores = result.cores;
+          if (engine === 'sipllm' && result.build) meta.sipllmBuild = result.build;
           if (result.crossOriginIsolated === false) result.error ??= 'the bench page was not cross-origin isolated';
           const summary = summarize(result);
           row.raw[engine] = result;

@@ -42,6 +42,7 @@ const PACKED_FILES = [
   'package.json', 'README.md', 'dist/index.js', 'dist/index.d.ts', 'dist/worker.js',
   'wasm/package.json', 'wasm/sipllm-single.js', 'wasm/sipllm-single.wasm',
   'wasm/sipllm-threaded.js', 'wasm/sipllm-threaded.wasm', 'wasm/sipllm-threaded.worker.js',
+  'wasm/sipllm-relaxed.js', 'wasm/sipllm-relaxed.wasm', 'wasm/sipllm-relaxed.worker.js',
 ];
 
 const work = mkdtempSync(join(tmpdir(), 'sipllm-install-'));

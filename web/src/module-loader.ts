@@ -1,7 +1,7 @@
 // Instantiates one of the WebAssembly builds (wasm-bindings/) in the current
 // realm: a browser worker or a Node worker thread.
 
-import { isNode, nodeImport } from './env.js';
+import { isNode, isThreadedBuild, nodeImport } from './env.js';
 import type { EngineEmbedOptions, EngineGenerateOptions, EngineOpenOptions } from './bridge.generated.js';
 import type { Build, CachedModel, GenerationStats, LoaderStats, ModelInfo, SourceStats } from './types.js';
 
@@ -87,7 +87,7 @@ export interface EngineModule {
 
 type Factory = (settings: Record<string, unknown>) => Promise<EngineModule>;
 
-const EXPORT_NAMES: Record<Build, string> = { threaded: 'SipllmThreaded', single: 'SipllmSingle' };
+const EXPORT_NAMES: Record<Build, string> = { threaded: 'SipllmThreaded', relaxed: 'SipllmRelaxed', single: 'SipllmSingle' };
 
 // A build's files: the module script (a classic script defining one factory),
 // its WebAssembly, and the threaded build's pthread worker script.
@@ -112,6 +112,13 @@ function packagedFiles(build: Build): BuildFiles {
       worker: new URL('../wasm/sipllm-threaded.worker.js?no-inline', import.meta.url),
     };
   }
+  if (build === 'relaxed') {
+    return {
+      script: new URL('../wasm/sipllm-relaxed.js', import.meta.url),
+      wasm: new URL('../wasm/sipllm-relaxed.wasm', import.meta.url),
+      worker: new URL('../wasm/sipllm-relaxed.worker.js?no-inline', import.meta.url),
+    };
+  }
   return {
     script: new URL('../wasm/sipllm-single.js', import.meta.url),
     wasm: new URL('../wasm/sipllm-single.wasm', import.meta.url),
@@ -125,7 +132,7 @@ function filesUnder(baseUrl: string, build: Build): BuildFiles {
   return {
     script: new URL(`${name}.js`, base),
     wasm: new URL(`${name}.wasm`, base),
-    worker: build === 'threaded' ? new URL(`${name}.worker.js`, base) : undefined,
+    worker: isThreadedBuild(build) ? new URL(`${name}.worker.js`, base) : undefined,
   };
 }
 

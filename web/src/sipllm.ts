@@ -9,7 +9,7 @@
 //   llm.stats(); await llm.unload();
 
 import { renderChatTemplate } from './chat.js';
-import { canShareMemory, isNode, nodeImport } from './env.js';
+import { canShareMemory, hasRelaxedSimd, isNode, isThreadedBuild, nodeImport } from './env.js';
 import { AbortError, InvalidArgumentError, SipLLMError, UnsupportedError } from './errors.js';
 import { ENGINE_LOAD_OPTION_KEYS, NON_NEGATIVE_LOAD_OPTION_KEYS } from './bridge.generated.js';
 import type { EngineLoadOptions } from './bridge.generated.js';
@@ -63,15 +63,19 @@ function resolveWasmBaseUrl(given: string | URL | undefined): string | null {
 
 function chooseBuild(requested: LoadOptions['build']): Build {
   const threaded = canShareMemory();
-  if (requested === 'threaded') {
+  if (requested === 'threaded' || requested === 'relaxed') {
     if (!threaded) {
-      throw new UnsupportedError('the threaded build needs SharedArrayBuffer: serve the page with ' +
+      throw new UnsupportedError(`the ${requested} build needs SharedArrayBuffer: serve the page with ` +
                                  'Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp');
     }
-    return 'threaded';
+    if (requested === 'relaxed' && !hasRelaxedSimd()) {
+      throw new UnsupportedError('the relaxed build needs relaxed SIMD, which this runtime does not validate');
+    }
+    return requested;
   }
   if (requested === 'single') return 'single';
-  return threaded ? 'threaded' : 'single';
+  if (!threaded) return 'single';
+  return hasRelaxedSimd() ? 'relaxed' : 'threaded';
 }
 
 async function defaultThreads(): Promise<number> {
@@ -217,7 +221,7 @@ export class SipLLM implements CompletionEngine {
       wasmBaseUrl: resolveWasmBaseUrl(options.wasmBaseUrl),
       cache: await cacheLocation(options.cache),
       engineOptions: { ...given, threads, parallelRequests },
-      warmUpMs: options.warmUpMs ?? (build === 'threaded' ? DEFAULT_WARM_UP_MS : 0),
+      warmUpMs: options.warmUpMs ?? (isThreadedBuild(build) ? DEFAULT_WARM_UP_MS : 0),
       onProgress: options.onProgress,
     };
     let src: Source;
@@ -345,7 +349,7 @@ export class SipLLM implements CompletionEngine {
 
   private cancel(handle: WorkerHandle, id: number): void {
     if (this.cancelFlag !== null) Atomics.store(this.cancelFlag, 0, id);
-    if (this.plan.build === 'threaded' || this.cancelFlag !== null) {
+    if (isThreadedBuild(this.plan.build) || this.cancelFlag !== null) {
       handle.post({ type: 'cancel', target: id });
       return;
     }

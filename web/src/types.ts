@@ -16,7 +16,9 @@ import type {
 // The engine's results, as bindings.cpp writes them.
 export type { CachedModel, LoaderStats, ModelInfo, SourceStats, UnitCounters, UnitEvent } from './bridge.generated.js';
 
-export type Build = 'threaded' | 'single';
+// 'threaded': pthreads + SIMD128; 'relaxed': the same with relaxed SIMD's
+// 8-bit dot product (faster matrix products); 'single': SIMD128 on one thread.
+export type Build = 'threaded' | 'relaxed' | 'single';
 
 // The engine's and its HTTP source's options (EngineLoadOptions), and the
 // package's own.
@@ -32,8 +34,10 @@ export interface LoadOptions extends EngineLoadOptions {
   onProgress?: (event: LoadProgress) => void;
   // Abandons the load (the worker is stopped).
   signal?: AbortSignal;
-  // Which WebAssembly build: 'auto' picks 'threaded' when SharedArrayBuffer
-  // is usable (a cross-origin isolated page, or Node) and 'single' otherwise.
+  // Which WebAssembly build: 'auto' picks a threaded one when
+  // SharedArrayBuffer is usable (a cross-origin isolated page, or Node):
+  // 'relaxed' where the runtime validates relaxed SIMD, else 'threaded';
+  // and 'single' otherwise. Every build gives the same text.
   build?: 'auto' | Build;
   // Where sipllm-*.js/.wasm are served from. Default: the package's own
   // wasm/ files, wherever the app's bundler emitted them.

@@ -81,7 +81,7 @@ async function sipllmGenerate(llm, prompt, options) {
   });
 }
 
-async function benchSipllm({ url, threads, prompt, maxTokens, ban, contextLength, warmRuns, seed, sipllmWasmBase }) {
+async function benchSipllm({ url, threads, prompt, maxTokens, ban, contextLength, warmRuns, seed, sipllmWasmBase, sipllmBuild }) {
   return withErrors(async (result) => {
     const { SipLLM } = await import('sipllm');
     const logitBias = new Map(ban.map((token) => [token, -Infinity]));
@@ -89,7 +89,7 @@ async function benchSipllm({ url, threads, prompt, maxTokens, ban, contextLength
     log(`SipLLM: loading ${url} with ${threads} threads`);
     const t0 = performance.now();
     const wasmBaseUrl = new URL(sipllmWasmBase ?? SIPLLM_WASM_BASE, location.href).href;
-    const llm = await SipLLM.load(url, { threads, cache: false, build: 'threaded', contextLength, wasmBaseUrl });
+    const llm = await SipLLM.load(url, { threads, cache: false, build: sipllmBuild ?? 'auto', contextLength, wasmBaseUrl });
     result.loadMs = performance.now() - t0;
     log(`SipLLM: loaded in ${result.loadMs.toFixed(0)} ms; cold run`);
     const cold = await sipllmGenerate(llm, prompt, options);
