@@ -13,7 +13,7 @@ mkdir -p "$out"
 export NODE_PATH="${NODE_PATH:-/usr/share/nodejs}"
 em++ -std=c++20 -O3 -msimd128 -pthread -ffp-contract=off -Wall \
   -Iengine/src -Iengine/include \
-  engine/src/kernels/*.cpp engine/src/runtime/thread_pool.cpp engine/src/model/tensor_type.cpp \
+  $(ls engine/src/kernels/*.cpp | grep -v _test.cpp) engine/src/runtime/thread_pool.cpp engine/src/model/tensor_type.cpp \
   engine/src/runtime/kv_cache.cpp engine/src/error.cpp \
   tests/bench/kernel_cases.cpp tests/bench/kernels_bench_plain.cpp \
   -sENVIRONMENT=node,worker -sPROXY_TO_PTHREAD -sEXIT_RUNTIME -sPTHREAD_POOL_SIZE=4 \
