@@ -90,3 +90,10 @@ test('generates greedily what the native engine generates, with figures and a ti
   await expect(page.locator('#prompt')).toHaveValue(longer);
   expect(await page.locator('#output .generated').textContent()).toBe(continued);
 });
+
+test('the plain threaded build, where relaxed SIMD is not used, generates the same text', async ({ page }) => {
+  await expectReady(page, await openDemo(page, '?build=threaded'));
+  await setFields(page, { temperature: 0, 'max-tokens': TOKENS });
+  expect(await complete(page, PROMPT)).toBe(expected);
+  expect((await pageStats(page)).build).toBe('threaded');
+});

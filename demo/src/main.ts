@@ -23,6 +23,12 @@ const WASM_BASE_URL = new URL('/sipllm-wasm/', location.href).href;
 
 type Status = 'idle' | 'loading' | 'ready' | 'generating' | 'done' | 'stopped' | 'failed';
 
+
+// ?build=threaded|relaxed|single picks the WebAssembly build; 'auto' otherwise.
+function requestedBuild(): 'auto' | 'threaded' | 'relaxed' | 'single' {
+  const build = new URLSearchParams(location.search).get('build');
+  return build === 'threaded' || build === 'relaxed' || build === 'single' ? build : 'auto';
+}
 class DemoApp {
   llm: SipLLM | null = null;
   private modelUrl: string | null = null;
@@ -127,6 +133,7 @@ class DemoApp {
         contextLength: settings.contextLength,
         cache: settings.cache,
         wasmBaseUrl: WASM_BASE_URL,
+        build: requestedBuild(),
         onProgress: (progress) => {
           if (serial === this.loadSerial) this.blockMap.onProgress(progress);
         },
