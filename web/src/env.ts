@@ -18,7 +18,7 @@ export function canShareMemory(): boolean {
   return (globalThis as { crossOriginIsolated?: boolean }).crossOriginIsolated === true;
 }
 
-// The runtime validates relaxed SIMD (Chrome and Edge 114+, Firefox 145+):
+// The runtime validates relaxed SIMD (Chromium-based browsers since 114):
 // this module returns i32x4.relaxed_dot_i8x16_i7x16_add_s of three splats,
 // the instruction the relaxed build is for.
 const RELAXED_SIMD_PROBE = new Uint8Array([

@@ -34,9 +34,10 @@ Block read_block(const uint8_t* p) {
 // Each format walks a super-block in chunks of 16 consecutive elements,
 // handing each chunk to a sink as a u8x16 or i8x16 with its element offset
 // and the index of its scale. Q4_K's and Q5_K's values are unsigned; Q6_K's
-// are q - 32 as signed bytes, or q itself (in [0, 63]) when kUnsigned. decode_scales() gives the integer scales (and mins);
-// the *_reference functions give the same values one element at a time,
-// straight from the layout description in tensor_type.h.
+// are q - 32 as signed bytes, or q itself (in [0, 63]) when kUnsigned.
+// decode_scales() gives the integer scales (and mins); the *_reference
+// functions give the same values one element at a time, straight from the
+// layout description in tensor_type.h.
 
 struct Scales {
   alignas(16) int32_t scale[16];  // per 32 elements (Q4_K, Q5_K) or 16 (Q6_K)
