@@ -21,8 +21,10 @@ scripts/fuzz.sh 10
 # The WebAssembly builds, then the web package's suite (Vitest, under Node,
 # against the range server, compared with the native CLI built above), with
 # the reduced fault matrix for the Node package (web/test/fault-matrix.test.ts).
-scripts/build-wasm.sh
+# (npm's download runs beside the WebAssembly build, which needs none of it.)
+scripts/build-wasm.sh & wasm_build=$!
 npm ci --no-audit --no-fund
+wait $wasm_build
 npm test --workspace web
 
 # The package as users install it: npm pack, installed into a fresh Vite app,
