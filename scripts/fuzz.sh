@@ -49,19 +49,19 @@ failed=""
 summary=""
 for target in $targets; do
   program=$build/tests/fuzz/sipllm_fuzz_$target
-  work=$build/fuzz/work/$target
+  found=$build/fuzz/found/$target
   artifacts=$build/fuzz/artifacts/$target
   log=$build/fuzz/$target.log
-  mkdir -p "$work" "$artifacts" "tests/fuzz/regressions/$target"
+  mkdir -p "$found" "$artifacts" "tests/fuzz/regressions/$target"
   echo "fuzzing $target for ${seconds}s (log: $log)"
   dict=""
   [ -f "tests/fuzz/dict/$target.dict" ] && dict="-dict=tests/fuzz/dict/$target.dict"
   status=0
-  # New inputs go to the work folder; the corpus and regressions are only read.
+  # New inputs go to build/asan/fuzz/found/TARGET; the corpus and regressions are only read.
   # shellcheck disable=SC2086
   "$program" -max_total_time="$seconds" -timeout=1 -rss_limit_mb=2048 -max_len="$(max_len "$target")" \
     -detect_leaks=1 -print_final_stats=1 -artifact_prefix="$artifacts/" $dict \
-    "$work" "tests/fuzz/corpus/$target" "tests/fuzz/regressions/$target" > "$log" 2>&1 || status=$?
+    "$found" "tests/fuzz/corpus/$target" "tests/fuzz/regressions/$target" > "$log" 2>&1 || status=$?
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
   time=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log" | tail -n 1)
   if [ "$status" -ne 0 ]; then
@@ -73,7 +73,7 @@ for target in $targets; do
 "
   if [ "${FUZZ_MERGE:-0}" = 1 ] && [ "$status" -eq 0 ]; then
     "$program" -merge=1 -timeout=1 -rss_limit_mb=2048 -max_len="$(max_len "$target")" \
-      "tests/fuzz/corpus/$target" "$work" > "$build/fuzz/$target.merge.log" 2>&1
+      "tests/fuzz/corpus/$target" "$found" > "$build/fuzz/$target.merge.log" 2>&1
   fi
 done
 

@@ -81,7 +81,7 @@ async function loadPeer() {
   return import(pathToFileURL(entry).href);
 }
 
-async function llamaCppFigures(peer, llama, model, threads, o) {
+async function llamaCppFigures(llama, model, threads, o) {
   const m = await llama.loadModel({ modelPath: model, gpuLayers: 0 });
   const context = await m.createContext({ contextSize: 512, batchSize: 512, threads: { ideal: threads, min: threads } });
   const sequence = context.getSequence();
@@ -124,7 +124,7 @@ async function main() {
       for (const threads of o.threads) {
         const row = { shape, type, threads };
         if (o.engines.includes('sipllm')) row.sipllm = sipllmFigures(model, threads, o);
-        if (llama) row.llamaCpp = await llamaCppFigures(peer, llama, model, threads, o);
+        if (llama) row.llamaCpp = await llamaCppFigures(llama, model, threads, o);
         rows.push(row);
         console.error(JSON.stringify(row));
       }
