@@ -72,7 +72,8 @@
 // fault: POST /__reset and POST /__fault start it afresh.
 //
 // Control endpoints (not counted):
-//   GET  /__stats              {"requests":N,"bytes":N,"log":[{method,url,range,status,bytes,fault}]}
+//   GET  /__stats              {"requests":N,"bytes":N,"log":[{method,url,range,status,bytes,fault,
+//                              startMs,firstByteMs,endMs}]} (times: ms since the Unix epoch)
 //                              (fault: what was done to the answer, e.g. "drop@1234", or null)
 //   GET  /__stats?format=text  "requests N", "bytes N", then one line per request:
 //                              METHOD URL RANGE|- STATUS BYTES
@@ -190,10 +191,17 @@ class FaultState {
 
 const CHUNK_BYTES = 64 * 1024;
 
+const epochMs = () => performance.timeOrigin + performance.now();
 const sleep = (ms) => new Promise((done) => setTimeout(done, ms));
 
 // One shared link: each chunk reserves its transmission time after the chunks
 // already reserved by every connection, so parallel requests share the cap.
+// A timer fires late by a millisecond or so, which at these chunk sizes is as
+// long as the chunk itself: the link keeps that time as credit (up to
+// BURST_MS) instead of losing it, so the average rate is the cap, as on a
+// real link whose sender keeps its window full.
+const BURST_MS = 20;
+
 class Link {
   constructor(mbps) {
     this.bytesPerMs = mbps > 0 ? (mbps * 1e6) / 1e3 : 0;
@@ -203,7 +211,7 @@ class Link {
   async transmit(bytes) {
     if (this.bytesPerMs === 0) return;
     const now = performance.now();
-    const start = Math.max(now, this.nextFree);
+    const start = Math.max(now - BURST_MS, this.nextFree);
     this.nextFree = start + bytes / this.bytesPerMs;
     const wait = this.nextFree - now;
     if (wait >= 1) await sleep(wait);
@@ -350,6 +358,7 @@ export async function startRangeServer(opts) {
       await link.transmit(n);
       if (closed) break;
       const more = res.write(chunk);
+      if (sent === 0) entry.firstByteMs = epochMs();
       sent += n;
       entry.bytes += n;
       stats.bytes += n;
@@ -630,8 +639,12 @@ export async function startRangeServer(opts) {
       res.end('method not allowed\n');
       return;
     }
+    // Times in ms since the Unix epoch (performance.timeOrigin-based, so a
+    // page's performance.timeOrigin + performance.now() lines up with them):
+    // the request arrived, its first body bytes were written, it ended.
     const entry = {
       method: req.method, url: req.url, range: req.headers.range ?? null, status: 0, bytes: 0, fault: null,
+      startMs: epochMs(), firstByteMs: null, endMs: null,
     };
     stats.requests += 1;
     stats.log.push(entry);
@@ -647,6 +660,7 @@ export async function startRangeServer(opts) {
       }
     }
     entry.status = res.statusCode;
+    entry.endMs = epochMs();
     if (options.verbose) {
       process.stderr.write(`${entry.method} ${entry.url} ${entry.range ?? '-'} ${entry.status} ${entry.bytes}` +
                            `${entry.fault ? ` ${entry.fault}` : ''}\n`);
