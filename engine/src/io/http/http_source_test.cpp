@@ -328,15 +328,36 @@ TEST_F(HttpTest, HttpLargeReadsAreSplitIntoParallelRanges) {
   options.parallel_requests = 4;
   auto source = open_http_source(server_->url("/multi.gguf"), make_curl_transport(), options);
   server_->reset();
-  // Past the head, so the read is planned afresh: 4 MiB in 4 requests of 1 MiB.
-  std::vector<uint8_t> got(4u << 20);
-  source->read(16u << 20, got.data(), got.size());
+  // Past the head, so the read is planned afresh: 8 MiB in 4 requests of 2 MiB.
+  ASSERT_GE(file_size("multi.gguf"), 16u << 20);
+  std::vector<uint8_t> got(8u << 20);
+  source->read(8u << 20, got.data(), got.size());
   const ServerStats s = server_->stats();
   ASSERT_EQ(s.requests, 4u);
-  for (const ServedRequest& r : s.log) EXPECT_EQ(r.bytes, 1u << 20) << r.range;
+  for (const ServedRequest& r : s.log) EXPECT_EQ(r.bytes, 2u << 20) << r.range;
   std::vector<uint8_t> want(got.size());
-  open_file_source(*root_ + "/multi.gguf")->read(16u << 20, want.data(), want.size());
+  open_file_source(*root_ + "/multi.gguf")->read(8u << 20, want.data(), want.size());
   EXPECT_EQ(got, want);
+}
+
+TEST_F(HttpTest, HttpScatteredSmallReadsCloseTogetherShareARequest) {
+  // The embedding rows of a prompt: reads close together come in one
+  // request, far ones in their own, and each lands where it was asked.
+  auto source = open_http_source(server_->url("/multi.gguf"), make_curl_transport(), fast_options());
+  server_->reset();
+  const uint64_t far = 12u << 20;
+  const std::vector<uint64_t> offsets = {(4u << 20) + 9000, 4u << 20, (4u << 20) + 200000, far, far + 100};
+  std::vector<std::vector<uint8_t>> got(offsets.size(), std::vector<uint8_t>(612));
+  std::vector<WeightSource::ReadRequest> reads;
+  for (size_t i = 0; i < offsets.size(); ++i) reads.push_back({offsets[i], got[i].data(), got[i].size()});
+  source->read_many(reads);
+  EXPECT_EQ(server_->stats().requests, 2u);
+  auto file = open_file_source(*root_ + "/multi.gguf");
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    std::vector<uint8_t> want(612);
+    file->read(offsets[i], want.data(), want.size());
+    EXPECT_EQ(got[i], want) << "read at " << offsets[i];
+  }
 }
 
 TEST_F(HttpTest, HttpProgressIsMonotonicAndCountsCacheReads) {
