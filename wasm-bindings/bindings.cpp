@@ -10,6 +10,7 @@
 //       -> events through Module.sipllmHost.event(id, 'tokens' | 'done' | 'progress')
 //   s.liveUnits() -> [{name, bytes, loads, resident, used}], at any time
 //   s.takeTokens() -> [{token, text}],  s.takeResult() -> {ok, stats?, embeddings?} | {ok: false, error}
+//   s.endWarmUp() stops a warm-up job (the loader goes on),
 //   s.cancel() -> tokens generated so far, s.info(), s.tokenize(), s.detokenize(), s.reset(), s.stats(), s.close()
 //   Module.listCachedModels(storeId), Module.deleteCachedModel(storeId, url)
 //   Module.jsonSchemaToGrammar(schemaText), Module.jsonObjectGrammar() -> GBNF text
@@ -430,6 +431,7 @@ val stats(Session& s) {
 }
 
 int cancel(Session& s) { return s.cancel(); }
+void end_warm_up(Session& s) { s.end_warm_up(); }
 void close(Session& s) { s.close(); }
 bool busy(Session& s) { return s.busy(); }
 
@@ -473,6 +475,7 @@ EMSCRIPTEN_BINDINGS(sipllm) {
       .function("takeResult", &take_result)
       .function("busy", &busy)
       .function("cancel", &cancel)
+      .function("endWarmUp", &end_warm_up)
       .function("info", &info)
       .function("tokenize", &tokenize)
       .function("detokenize", &detokenize)

@@ -80,7 +80,8 @@ struct ResultSpec {
   X(streamedUnits, kNumber, streamed_units, "", "")                                                     \
   X(loadThreads, kNumber, load_threads, "", "Units loaded side by side (0: the sync loader).")          \
   X(units, kNested, units, "UnitCounters[]", "")                                                        \
-  X(timeline, kNested, timeline, "UnitEvent[]", "")
+  X(timeline, kNested, timeline, "UnitEvent[]", "")                                                    \
+  X(timelineOriginMs, kNumber, timeline_origin_ms, "", "The timeline's 0 in ms since the Unix epoch.")
 
 // GenerationStats.
 #define SIPLLM_GENERATION_STATS_FIELDS(X)                                                             \

@@ -320,6 +320,11 @@ JobResult Session::take_result() {
   return std::exchange(result_, JobResult{});
 }
 
+void Session::end_warm_up() {
+  std::lock_guard<std::mutex> lock(engine_mutex_);
+  if (engine_ != nullptr) engine_->end_warm_up();
+}
+
 int Session::cancel() {
   std::lock_guard<std::mutex> lock(engine_mutex_);
   const int generated = tokens_generated_;

@@ -119,6 +119,8 @@ class Session {
   void embed(const std::vector<std::string>& texts, const EmbedOptions& options);
   // Engine::warm_up as a job: the loader starts on the first pass meanwhile.
   void warm_up(double milliseconds);
+  // From any thread: a running warm-up stops; the loader goes on.
+  void end_warm_up();
 
   std::vector<TokenEvent> take_tokens();
   JobResult take_result();  // the last finished job's result

@@ -192,6 +192,8 @@ export interface LoaderStats {
   loadThreads: number;
   units: UnitCounters[];
   timeline: UnitEvent[];
+  /** The timeline's 0 in ms since the Unix epoch. */
+  timelineOriginMs: number;
 }
 
 /** A generation's figures as the engine reports them. */

@@ -18,6 +18,7 @@ export interface EngineSession {
   generateTokens(tokens: number[], options: EngineGenerateOptions): Answer<undefined>;
   embed(texts: string[], options: EngineEmbedOptions): Answer<undefined>;
   warmUp(milliseconds: number): Answer<undefined>;
+  endWarmUp(): void;  // at any time: a running warm-up stops, the loader goes on
   // At any time, also while a job runs.
   liveUnits(): LiveUnit[];
   takeTokens(): Array<{ token: number; text: string }>;

@@ -35,6 +35,7 @@ export interface LoadRequest {
   // resolved for the build.
   options: EngineLoadOptions & { threads: number };
   warmUpMs: number;  // 0: none
+  calledAt: number;  // when load() was called (LoadTimes.calledAt)
 }
 
 export interface GenerateRequest {

@@ -206,6 +206,7 @@ export class SipLLM implements CompletionEngine {
   }
 
   static async load(source: string | URL | ArrayBuffer | ArrayBufferView, options: LoadOptions = {}): Promise<SipLLM> {
+    const calledAt = performance.timeOrigin + performance.now();
     if (options.signal?.aborted) throw abortError(options.signal, 'loading');
     for (const key of [...NON_NEGATIVE_LOAD_OPTION_KEYS, 'warmUpMs'] as const) checkNumber(options, key);
     const build = chooseBuild(options.build);
@@ -234,14 +235,15 @@ export class SipLLM implements CompletionEngine {
       src = { bytes, name: options.name ?? 'model bytes' };
     }
     const cancelFlag = canShareMemory() ? new Int32Array(new SharedArrayBuffer(4)) : null;
-    const { handle, result } = await SipLLM.start(plan, src, cancelFlag, options.signal);
+    const { handle, result } = await SipLLM.start(plan, src, cancelFlag, options.signal, calledAt);
     // Bytes are kept only where a restart may need them.
     const restartable = !('bytes' in src) || (build === 'single' && cancelFlag === null);
     return new SipLLM(handle, result.info, result.stats, restartable ? src : null, plan, cancelFlag);
   }
 
-  private static async start(plan: Plan, source: Source, cancelFlag: Int32Array | null,
-                             signal?: AbortSignal): Promise<{ handle: WorkerHandle; result: LoadResult }> {
+  private static async start(plan: Plan, source: Source, cancelFlag: Int32Array | null, signal?: AbortSignal,
+                             calledAt = performance.timeOrigin + performance.now()):
+      Promise<{ handle: WorkerHandle; result: LoadResult }> {
     const handle = await WorkerHandle.start();
     const onAbort = () => void handle.terminate();
     signal?.addEventListener('abort', onAbort, { once: true });
@@ -254,6 +256,7 @@ export class SipLLM implements CompletionEngine {
         cache: plan.cache,
         options: plan.engineOptions,
         warmUpMs: plan.warmUpMs,
+        calledAt,
       });
       if (plan.onProgress !== undefined) handle.listen(id, plan.onProgress);
       return { handle, result: await reply };

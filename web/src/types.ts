@@ -45,7 +45,8 @@ export interface LoadOptions extends EngineLoadOptions {
   // Milliseconds the engine spends, right after opening, running its kernels
   // on synthetic data while the first weights download, so that the first
   // request runs on optimised code rather than the browser's first-run
-  // WebAssembly code. load() does not wait for it; the first request does.
+  // WebAssembly code. load() does not wait for it; the first request ends
+  // it (within one round of kernels) and starts.
   // Default: 500 in the threaded build, 0 (none) in the single-thread build.
   warmUpMs?: number;
   name?: string;               // a name for a model given as bytes, for messages
@@ -147,8 +148,19 @@ export interface GenerationStats extends EngineGenerationStats {
   tokensAtCancel?: number;
 }
 
+// When load() reached each of its phases, in ms since the Unix epoch
+// (performance.timeOrigin + performance.now() of the thread that saw it), so
+// that they line up with loader.timelineOriginMs and with a server's clock.
+export interface LoadTimes {
+  calledAt: number;         // load() was called
+  workerStartedAt: number;  // the engine worker's script started
+  moduleReadyAt: number;    // the WebAssembly module compiled and instantiated, its thread pool started
+  headerReadAt: number;     // the model's header read and parsed (load() resolves next)
+}
+
 export interface Stats {
   build: Build;
+  load: LoadTimes;
   threads: number;
   crossOriginIsolated: boolean;
   memoryBudget: number | null;  // null: unlimited

@@ -10,7 +10,7 @@ import type { CacheLocation, EmbedRequest, EmbedResult, GenerateRequest, LoadReq
 import { DirectoryStore, OpfsStore } from './stores.js';
 import type { SyncStore } from './stores.js';
 import type { EngineOpenOptions } from './bridge.generated.js';
-import type { Build, GenerationStats, LoadProgress, Stats, UnitProgress, UnitState } from './types.js';
+import type { Build, GenerationStats, LoadProgress, LoadTimes, Stats, UnitProgress, UnitState } from './types.js';
 
 const MODEL_STORE_ID = 1;
 const QUERY_STORE_ID = 2;
@@ -19,6 +19,14 @@ const MODEL_BYTES_ID = 1;
 const UNIT_POLL_MS = 100;
 // Bytes arrived this recently: the loader is fetching.
 const BYTES_MOVING_MS = 1000;
+
+// ms since the Unix epoch, comparable across threads and processes.
+function epochMs(): number {
+  return performance.timeOrigin + performance.now();
+}
+
+// Before anything else: when the worker's script started (LoadTimes).
+const workerStartedAt = epochMs();
 
 class Failure extends Error {
   constructor(readonly kind: string, message: string) {
@@ -88,6 +96,8 @@ class EngineWorker {
   private bytesMovedAt = -Infinity;
   private unitsPolledAt = -Infinity;
   private readySent = false;
+  private moduleReadyAt = 0;
+  private loadTimes: LoadTimes = { calledAt: 0, workerStartedAt, moduleReadyAt: 0, headerReadAt: 0 };
   private queue: Promise<void> = Promise.resolve();
 
   constructor(private readonly endpoint: Endpoint) {
@@ -108,11 +118,11 @@ class EngineWorker {
 
   private async run(request: Request): Promise<void> {
     if (this.warming !== null) {
-      // Requests wait for the warm-up; an unload cuts it short.
-      if (request.type === 'unload') {
-        this.warmUpAbandoned = true;
-        this.session?.cancel();
-      }
+      // A request ends the warm-up (it needs the cores more, and the first
+      // weights keep arriving meanwhile); an unload also stops the loader.
+      this.warmUpAbandoned = true;
+      if (request.type === 'unload') this.session?.cancel();
+      else this.session?.endWarmUp();
       await this.warming;
     }
     try {
@@ -132,6 +142,7 @@ class EngineWorker {
         this.cancelFlag = request.cancelFlag;
         this.module = await loadEngineModule(request.build, request.wasmBaseUrl, request.poolSize);
         this.module.sipllmRegistry = this.registry;
+        this.moduleReadyAt = epochMs();
         return { build: this.build };
       case 'load':
         return this.load(request);
@@ -253,6 +264,7 @@ class EngineWorker {
       this.unload();
       throw fail(outcome.error);
     }
+    this.loadTimes = { calledAt: request.calledAt, workerStartedAt, moduleReadyAt: this.moduleReadyAt, headerReadAt: epochMs() };
     const result = { info: unwrap(session.info()), stats: this.snapshot() };
     this.cacheKeeps = result.stats.cache.enabled;
     if (request.warmUpMs > 0) this.startWarmUp(session, request.id, request.warmUpMs);
@@ -260,9 +272,10 @@ class EngineWorker {
   }
 
   // Not awaited by the load, whose answer goes out first (a single-thread
-  // job keeps this thread busy until it ends): the next request waits for it
-  // (see run()). A warm-up that fails changes nothing a request depends on.
+  // job keeps this thread busy until it ends): the next request ends it and
+  // waits for it to stop (see run()). A warm-up that fails changes nothing a request depends on.
   private startWarmUp(session: EngineSession, loadId: number, milliseconds: number): void {
+    this.warmUpAbandoned = false;
     const warming: Promise<void> = new Promise((resolve) => setTimeout(resolve, 0))
       .then(() => (this.warmUpAbandoned || this.session !== session
         ? undefined : this.runJob(loadId, () => session.warmUp(milliseconds))))
@@ -325,6 +338,7 @@ class EngineWorker {
     const cacheError = this.cacheError || source?.cacheError || '';
     return {
       build: this.build,
+      load: this.loadTimes,
       threads: this.threads,
       crossOriginIsolated: (globalThis as { crossOriginIsolated?: boolean }).crossOriginIsolated === true,
       memoryBudget: this.memoryBudget,

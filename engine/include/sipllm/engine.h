@@ -174,6 +174,9 @@ struct LoaderStats {
   int load_threads = 0;  // units loaded side by side (0 in sync mode)
   std::vector<UnitCounters> units;
   std::vector<UnitEvent> timeline;  // since the last reset_counters()
+  // The timeline's 0 (the loader's start) in ms since the Unix epoch, to line
+  // it up with other clocks: the page's, the server's.
+  double timeline_origin_ms = 0;
 };
 
 struct GenerationStats {
@@ -275,6 +278,10 @@ class Engine {
   // result stay as they were; cancel() ends it early. Throws
   // Error(kInvalidArgument) for a negative or non-finite duration.
   virtual void warm_up(double milliseconds) = 0;
+  // From any thread: a running warm_up() returns within one round, and the
+  // loader goes on fetching (a request has come, and needs the cores more
+  // than the warm-up does; cancel() would also drop the loads in flight).
+  virtual void end_warm_up() = 0;
 
   // Tokens whose keys and values are in the cache.
   virtual const std::vector<int32_t>& cached_tokens() const = 0;

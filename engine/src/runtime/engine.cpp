@@ -288,6 +288,7 @@ class EngineImpl final : public Engine {
     if (milliseconds == 0) return;
     const auto start = Clock::now();
     cancelled_ = false;
+    warm_up_ended_ = false;
     loader_.clear_cancel();
     // The first pass's weights (the resident units, the ring's first units)
     // arrive meanwhile: a request that follows finds them there or on the way.
@@ -296,7 +297,7 @@ class EngineImpl final : public Engine {
     // On this thread alone: the code it optimises is shared by every thread,
     // and the other cores stay free for the download it overlaps.
     ThreadPool one_thread(1);
-    while (!cancelled_ && ms_since(start) < milliseconds) work.run_round(one_thread);
+    while (!cancelled_ && !warm_up_ended_ && ms_since(start) < milliseconds) work.run_round(one_thread);
   }
 
   const std::vector<int32_t>& cached_tokens() const override { return cached_; }
@@ -310,6 +311,8 @@ class EngineImpl final : public Engine {
     cancelled_ = true;
     loader_.cancel();
   }
+
+  void end_warm_up() override { warm_up_ended_ = true; }
 
   LoaderStats loader_stats() const override { return loader_.stats(); }
   size_t kv_cache_bytes() const override { return cache_.allocated_bytes(); }
@@ -437,6 +440,7 @@ class EngineImpl final : public Engine {
   KvCache cache_;
   std::vector<int32_t> cached_;
   std::atomic<bool> cancelled_{false};
+  std::atomic<bool> warm_up_ended_{false};
   // The vocabulary's token trie for grammars, built on the first request
   // that has one and kept for the next.
   std::shared_ptr<const GrammarVocabulary> grammar_vocabulary_;

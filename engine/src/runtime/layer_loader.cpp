@@ -221,6 +221,7 @@ LayerLoader::LayerLoader(WeightSource& source, const ModelDescription& model,
       reserved_(working_bytes),
       read_chunk_bytes_(std::max<size_t>(options.read_chunk_bytes, 1 << 16)),
       epoch_(std::chrono::steady_clock::now()) {
+  stats_.timeline_origin_ms = wall_clock_ms();
   if (options.n_buffers < 1) {
     throw Error(ErrorKind::kInvalidArgument, "the prefetch ring needs at least 1 buffer");
   }
@@ -280,6 +281,10 @@ void LayerLoader::ensure_capacity(Buffer& buffer, size_t bytes) {
   allocated_bytes_ += bytes - buffer.capacity;
   buffer.capacity = bytes;
   stats_.peak_weight_bytes = std::max(stats_.peak_weight_bytes, allocated_bytes_);
+}
+
+double LayerLoader::wall_clock_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 double LayerLoader::now() const {
@@ -723,6 +728,7 @@ void LayerLoader::reset_counters() {
   fresh.streamed_units = stats_.streamed_units;
   fresh.load_threads = stats_.load_threads;
   fresh.units = stats_.units;
+  fresh.timeline_origin_ms = stats_.timeline_origin_ms;
   for (UnitCounters& c : fresh.units) {
     c.loads = 0;
     c.io_ms = c.prepare_ms = c.compute_ms = c.wait_ms = 0;

@@ -150,6 +150,7 @@ class LayerLoader {
   std::vector<int> lookahead() const;
   Slot* find_slot(int unit);
   double now() const;
+  static double wall_clock_ms();
   void ensure_capacity(Buffer& buffer, size_t bytes);
 
   WeightSource& source_;
