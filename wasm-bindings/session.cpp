@@ -241,7 +241,12 @@ void Session::open_url(const std::string& url, const OpenOptions& options) {
     };
     std::unique_ptr<HttpSource> source = open_http_source(url, transport, http);
     HttpSource* raw = source.get();
-    open_source(std::move(source), options.engine);
+    // The weights start coming as soon as their offsets are known: a model
+    // loaded from a URL is loaded to be used (and the warm-up that follows
+    // the load would start the same loads a little later).
+    EngineOptions engine = options.engine;
+    engine.loader.prefetch_on_open = true;
+    open_source(std::move(source), engine);
     http_source_ = raw;
   });
 }

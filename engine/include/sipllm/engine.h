@@ -51,6 +51,11 @@ struct LoaderOptions {
   // Streamed units are read in pieces of at most this many bytes, so that
   // cancellation is prompt and progress is smooth.
   size_t read_chunk_bytes = 4u << 20;
+  // Ring mode: start loading the first pass's units as soon as the header is
+  // parsed, before any request asks for them. Over a slow link the bytes then
+  // come while the tokenizer is built and the first request is awaited;
+  // otherwise loading starts with the first request (or warm_up).
+  bool prefetch_on_open = false;
 };
 
 // How the KV cache stores keys and values. F16 is llama.cpp's default and

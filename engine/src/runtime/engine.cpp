@@ -54,13 +54,15 @@ class EngineImpl final : public Engine {
         options_(options),
         gguf_(GgufFile::parse(*source_)),
         model_(describe_model(gguf_, options.context_length)),
-        tokenizer_(Tokenizer::from_gguf(gguf_)),
-        info_(describe(gguf_, model_, *tokenizer_)),
         pool_(options.threads),
         prefill_chunk_(fit_prefill_chunk(model_, options, pool_.size())),
         // The budget sets aside the working memory first: activations and
-        // the KV cache's first page (which is allocated now).
+        // the KV cache's first page (which is allocated now). Made before
+        // the tokenizer, so that a loader told to prefetch on open has its
+        // requests out while the vocabulary is built.
         loader_(*source_, model_, options.loader, working_bytes(model_, options, prefill_chunk_, pool_.size())),
+        tokenizer_(Tokenizer::from_gguf(gguf_)),
+        info_(describe(gguf_, model_, *tokenizer_)),
         transformer_(model_, loader_, pool_, prefill_chunk_),
         cache_(model_.shape.n_layers, model_.shape.kv_dim(), model_.shape.context_length, options.kv_cache_type,
                transformer_.kv_capacity()) {
@@ -431,11 +433,11 @@ class EngineImpl final : public Engine {
   EngineOptions options_;
   GgufFile gguf_;
   ModelDescription model_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  ModelInfo info_;
   ThreadPool pool_;
   int prefill_chunk_;
   LayerLoader loader_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  ModelInfo info_;
   Transformer transformer_;
   KvCache cache_;
   std::vector<int32_t> cached_;

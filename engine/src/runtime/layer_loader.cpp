@@ -255,6 +255,7 @@ LayerLoader::LayerLoader(WeightSource& source, const ModelDescription& model,
       stop_workers();  // a constructor that throws runs no destructor
       throw;
     }
+    if (options.prefetch_on_open) set_continuation(true);
   }
 }
 

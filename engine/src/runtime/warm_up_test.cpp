@@ -88,6 +88,57 @@ TEST(WarmUp, CancelEndsIt) {
   EXPECT_FALSE(test::generate_text(*engine, "Once upon a time", test::greedy(4)).empty());
 }
 
+TEST(WarmUp, EndWarmUpStopsItAndTheLoaderGoesOn) {
+  auto engine = open_generated(TensorType::kQ8_0);
+  const auto units = static_cast<uint64_t>(engine->loader_stats().units.size());
+  std::atomic<bool> done{false};
+  std::thread ender([&] {
+    // Once the loader has begun, as a request coming during the warm-up ends it.
+    while (!done && engine->loader_stats().units_loaded == 0) std::this_thread::yield();
+    while (!done) {
+      engine->end_warm_up();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  engine->warm_up(1e9);
+  done = true;
+  ender.join();
+  // Unlike cancel(), the loader went on by itself: the whole first pass
+  // arrives with no request; the request then loads nothing and gives the
+  // text it gives without a warm-up.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (engine->loader_stats().units_loaded < units && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(engine->loader_stats().units_loaded, units);
+  GenerationStats stats;
+  const std::string text = test::generate_text(*engine, "Once upon a time", test::greedy(8), &stats);
+  EXPECT_EQ(stats.loader.units_loaded, 0u);
+  EXPECT_EQ(text, test::generate_text(*open_generated(TensorType::kQ8_0), "Once upon a time", test::greedy(8)));
+}
+
+TEST(WarmUp, PrefetchOnOpenLoadsTheFirstPassBeforeAnyRequest) {
+  EngineOptions options;
+  options.loader.prefetch_on_open = true;
+  auto engine = open_generated(TensorType::kQ8_0, options);
+  const auto units = static_cast<uint64_t>(engine->loader_stats().units.size());
+  ASSERT_GT(units, 0u);
+  // No request, no warm-up: the units arrive anyway, in stream order.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  uint64_t seen = 0;
+  while (seen < units && std::chrono::steady_clock::now() < deadline) {
+    const LoaderStats stats = engine->loader_stats();
+    seen = stats.units_loaded;
+    for (uint64_t u = 0; u < units; ++u) EXPECT_EQ(stats.units[u].loads, u < seen ? 1u : 0u) << "unit " << u;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(seen, units);
+  GenerationStats stats;
+  test::generate_text(*engine, "Once upon a time", test::greedy(4), &stats);
+  EXPECT_EQ(stats.loader.units_loaded, 0u);  // nothing left to load
+  EXPECT_EQ(stats.loader.prefetch_misses, 0u);
+}
+
 TEST(WarmUp, RejectsBadDurations) {
   auto engine = open_generated(TensorType::kF32);
   for (double ms : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
