@@ -7,7 +7,10 @@
 // bytes. The states come with the engine's progress events
 // (LoadProgress.units), which it sends about every 100 ms while a request
 // runs; the load counts in the cells' titles come from the figures of the
-// last request.
+// last request. While bytes arrive, the bar's text also gives the measured
+// rate and the expected time to the first token: the prefill keeps pace with
+// the download, so the first token comes about when the last byte does
+// (bytes left ÷ rate).
 
 import type { LoadProgress, Stats, UnitProgress, UnitState } from 'sipllm';
 
@@ -27,6 +30,11 @@ const PHASE_TEXT: Record<LoadProgress['phase'], string> = {
   ready: 'every block has arrived',
 };
 
+// The rate is measured over the last few seconds of progress events, and
+// given once it spans enough time to mean something.
+const RATE_WINDOW_MS = 3000;
+const MIN_RATE_SPAN_MS = 300;
+
 // "block 12" shows as 12, "output head 3/48" as h3: the title has the rest.
 function shortName(name: string): string {
   const block = /^block (\d+)$/.exec(name);
@@ -40,6 +48,7 @@ export class BlockMap {
   private units: UnitProgress[] = [];
   private loads: number[] = [];  // per unit, in the last request
   private progress: LoadProgress | null = null;
+  private arrivals: Array<{ at: number; loaded: number }> = [];  // recent progress, for the rate
 
   constructor(private readonly bar: HTMLElement, private readonly barText: HTMLElement,
               private readonly cells: HTMLElement) {}
@@ -48,11 +57,16 @@ export class BlockMap {
     this.units = [];
     this.loads = [];
     this.progress = null;
+    this.arrivals = [];
     this.render();
   }
 
   onProgress(progress: LoadProgress): void {
     this.progress = progress;
+    const now = performance.now();
+    if (progress.phase !== 'weights') this.arrivals = [];
+    else this.arrivals.push({ at: now, loaded: progress.loaded });
+    while (this.arrivals.length > 2 && now - this.arrivals[1].at > RATE_WINDOW_MS) this.arrivals.shift();
     if (progress.units.length > 0) this.units = progress.units;
     this.render();
   }
@@ -63,8 +77,19 @@ export class BlockMap {
     this.render();
   }
 
+  // Bytes per ms over the recent progress events, or null before it means anything.
+  private rate(): number | null {
+    const first = this.arrivals[0];
+    const last = this.arrivals[this.arrivals.length - 1];
+    if (first === undefined || last.at - first.at < MIN_RATE_SPAN_MS || last.loaded <= first.loaded) return null;
+    return (last.loaded - first.loaded) / (last.at - first.at);
+  }
+
   private render(): void {
     const p = this.progress;
+    const rate = p?.phase === 'weights' ? this.rate() : null;
+    const etaMs = rate === null || p === null ? null : (p.total - p.loaded) / rate;
+    this.barText.dataset.etaMs = etaMs === null ? '' : String(Math.round(etaMs));
     const fraction = p !== null && p.total > 0 ? p.loaded / p.total : 0;
     this.bar.style.width = `${(fraction * 100).toFixed(1)}%`;
     this.bar.dataset.phase = p?.phase ?? 'none';
@@ -74,7 +99,9 @@ export class BlockMap {
     this.barText.textContent = p === null
       ? 'no model loaded'
       : `${formatBytes(p.loaded)} of ${formatBytes(p.total)} · ${PHASE_TEXT[p.phase]} · ` +
-        `fetched ${formatBytes(p.fetched)}, from the cache ${formatBytes(p.fromCache)}`;
+        `fetched ${formatBytes(p.fetched)}, from the cache ${formatBytes(p.fromCache)}` +
+        (etaMs === null || rate === null ? ''
+          : ` · ${(rate / 1e3).toFixed(1)} MB/s: first token in about ${(etaMs / 1000).toFixed(1)} s`);
 
     this.cells.replaceChildren(...this.units.map((unit, i) => {
       const loads = this.loads[i];
