@@ -6,7 +6,8 @@
 //   npm run bench -- --quick                       SmolLM-135M Q8_0, 2 threads
 //   npm run bench -- --models smollm-135m --types Q4_0,Q4_K_M --threads 2
 //   npm run bench -- --mbps 50                     models behind a 50 MB/s link:
-//                                                  cold TTFT against transfer time
+//                                                  cold TTFT against transfer time,
+//                                                  and where SipLLM's time went
 //   npm run bench -- --help                        every option
 //
 // What it does:
@@ -39,6 +40,13 @@
 //                   (the cold one included: every weight has arrived by then)
 //      Peak memory is the renderer process's peak resident set (VmHWM: the
 //      page, its workers and the WebAssembly memory), read from /proc.
+//      With --mbps, also per model a fresh browser that only downloads the
+//      file (the honest "pure transfer": this browser's own cost per request
+//      and per byte included), and for SipLLM's cold run a breakdown from
+//      three clocks lined up on the Unix epoch: load()'s phases
+//      (stats().load), the model server's request log and the loader's
+//      timeline (loader.timelineOriginMs), with the CPU time the renderer,
+//      Chromium's network service and the model server (this process) used.
 //   5. Prints the table (Markdown) with SipLLM ÷ wllama ratios against the
 //      targets, and writes every figure to build/bench/results-*.json.
 //
@@ -91,7 +99,11 @@ workload:
 
 network:
   --mbps X             cap the model server at X MB/s (1 MB = 1e6 bytes): adds
-                       cold TTFT against the pure transfer time of the file
+                       cold TTFT against the pure transfer time of the file and
+                       against the time the browser takes to download it
+                       alone, and a breakdown of SipLLM's cold load (its
+                       phases, the server's request log, the loader's
+                       timeline, CPU time by process)
   --latency-ms Y       delay every model response's headers by Y ms
 
 setup:
@@ -380,10 +392,8 @@ function statusField(pid, field) {
   }
 }
 
-// Peak resident set of the renderer processes of the browser this process
-// started (the page, its workers and their WebAssembly memory live in one).
-function rendererPeakBytes() {
-  const table = processTable();
+// The processes this one started (the browser and its children).
+function ourProcesses(table) {
   const ours = new Set([process.pid]);
   let grew = true;
   while (grew) {
@@ -395,13 +405,55 @@ function rendererPeakBytes() {
       }
     }
   }
+  return ours;
+}
+
+// Peak resident set of the renderer processes of the browser this process
+// started (the page, its workers and their WebAssembly memory live in one).
+function rendererPeakBytes() {
+  const table = processTable();
   let peak = null;
-  for (const pid of ours) {
+  for (const pid of ourProcesses(table)) {
     if (!table.get(pid)?.cmdline.includes('--type=renderer')) continue;
     const hwm = statusField(pid, 'VmHWM');
     if (hwm !== null && (peak === null || hwm > peak)) peak = hwm;
   }
   return peak;
+}
+
+// CPU time so far (ms) of the browser's processes by kind, and of this
+// process, which runs the model server: who used the two cores while the
+// bytes arrived. /proc counts in ticks of 10 ms.
+const TICK_MS = 10;
+function processKind(cmdline) {
+  if (cmdline.includes('--type=renderer')) return 'renderer';
+  if (cmdline.includes('network.mojom.NetworkService')) return 'network';
+  if (cmdline.includes('--type=gpu-process')) return 'gpu';
+  if (cmdline.includes('--type=')) return 'otherBrowser';
+  return 'browser';
+}
+
+// The browser's processes and their kinds, listed once per run (walking
+// /proc at every sample would cost the machine more than what it measures).
+function browserProcesses() {
+  const table = processTable();
+  return [...ourProcesses(table)].filter((pid) => pid !== process.pid)
+    .map((pid) => ({ pid, kind: processKind(table.get(pid).cmdline) }));
+}
+
+function cpuSample(processes) {
+  const sample = { atMs: performance.timeOrigin + performance.now(), server: 0, renderer: 0, network: 0, gpu: 0, browser: 0, otherBrowser: 0 };
+  for (const { pid, kind } of processes) {
+    try {
+      const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+      sample[kind] += (Number(fields[11]) + Number(fields[12])) * TICK_MS;
+    } catch {
+      // The process ended while we looked.
+    }
+  }
+  const own = process.cpuUsage();
+  sample.server = (own.user + own.system) / 1000;
+  return sample;
 }
 
 function withTimeout(promise, seconds, what) {
@@ -412,7 +464,9 @@ function withTimeout(promise, seconds, what) {
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
-async function runInBrowser(o, pageUrl, engine, config, log) {
+const CPU_SAMPLE_MS = 50;
+
+async function runInBrowser(o, pageUrl, modelServer, engine, config, log) {
   const browser = await chromium.launch({ executablePath: o.chromium, args: [...CHROMIUM_ARGS, ...o.browserArgs] });
   try {
     const context = await browser.newContext();
@@ -425,9 +479,21 @@ async function runInBrowser(o, pageUrl, engine, config, log) {
     page.on('pageerror', (error) => log.push(`  [page error] ${error.message}`));
     await page.goto(pageUrl);
     await page.waitForFunction(() => globalThis.benchReady === true, null, { timeout: 60_000 });
-    const fn = engine === 'sipllm' ? 'benchSipllm' : 'benchWllama';
-    const result = await withTimeout(page.evaluate(([name, cfg]) => globalThis[name](cfg), [fn, config]),
-                                     o.timeoutS, `${engine} on ${basename(config.url)}`);
+    const fn = { sipllm: 'benchSipllm', wllama: 'benchWllama', download: 'benchDownload' }[engine];
+    modelServer.reset();
+    const processes = browserProcesses();
+    const cpu = [cpuSample(processes)];
+    const sampler = setInterval(() => cpu.push(cpuSample(processes)), CPU_SAMPLE_MS);
+    let result;
+    try {
+      result = await withTimeout(page.evaluate(([name, cfg]) => globalThis[name](cfg), [fn, config]),
+                                 o.timeoutS, `${engine} on ${basename(config.url)}`);
+    } finally {
+      clearInterval(sampler);
+    }
+    cpu.push(cpuSample(processes));
+    result.cpu = cpu;
+    result.requests = modelServer.stats.log.filter((e) => e.url.endsWith(basename(config.url)));
     result.rendererPeakBytes = rendererPeakBytes();
     result.browserVersion = browser.version();
     return result;
@@ -510,6 +576,84 @@ function checkRow(o, row, notes) {
   }
 }
 
+// Where the time of one cold SipLLM load went, from three clocks lined up on
+// the Unix epoch: the package's load phases, the model server's request log
+// (when each range request came, sent its first byte, ended) and the
+// engine's loader timeline (each unit's I/O and compute). Times in ms since
+// load() was called. The CPU time of each process kind counts from load() to
+// the first token.
+function coldBreakdown(result, fileBytes, mbps) {
+  if (!result?.loadTimes || !result.coldLoader || !result.cold?.firstMs) return null;
+  const t0 = result.calledAtMs;
+  const rel = (epochMs) => epochMs - t0;
+  const firstToken = rel(result.timeOriginMs + result.cold.firstMs);
+  const requests = (result.requests ?? []).filter((r) => r.firstByteMs !== null && r.endMs !== null);
+  const loader = result.coldLoader;
+  const unitCount = loader.units.length;
+  const firstPass = loader.timeline.slice(0, unitCount);
+  const at = (ms) => (ms > 0 ? rel(loader.timelineOriginMs + ms) : null);
+  const headerRead = rel(result.loadTimes.headerReadAt);
+  // The link's busy time: the union of the requests' [first byte, end].
+  const spans = requests.map((r) => [rel(r.firstByteMs), rel(r.endMs)]).sort((a, b) => a[0] - b[0]);
+  let busy = 0;
+  let reach = -Infinity;
+  for (const [from, to] of spans) {
+    if (to <= reach) continue;
+    busy += to - Math.max(from, reach);
+    reach = to;
+  }
+  const firstByte = spans.length ? spans[0][0] : null;
+  const lastByte = spans.length ? Math.max(...spans.map((x) => x[1])) : null;
+  const headerBytes = requests.filter((r) => rel(r.startMs) < headerRead).reduce((sum, r) => sum + r.bytes, 0);
+  // Compute of the unit k before the last byte of unit k + 2: the prefill
+  // keeps up with the download.
+  let keptUp = 0;
+  let pairs = 0;
+  for (let k = 0; k + 2 < firstPass.length; ++k) {
+    if (firstPass[k + 2].ioEndMs <= 0) continue;
+    pairs += 1;
+    if (firstPass[k].computeStartMs < firstPass[k + 2].ioEndMs) keptUp += 1;
+  }
+  const cpuAt = (ms) => {
+    const samples = result.cpu ?? [];
+    const epoch = t0 + ms;
+    let best = samples[0];
+    for (const sample of samples) if (sample.atMs <= epoch) best = sample;
+    return best;
+  };
+  const cpuStart = cpuAt(0);
+  const cpuEnd = cpuAt(firstToken);
+  const cpu = {};
+  for (const kind of ['renderer', 'network', 'browser', 'otherBrowser', 'gpu', 'server']) {
+    cpu[kind] = cpuEnd && cpuStart ? cpuEnd[kind] - cpuStart[kind] : null;
+  }
+  const transferMs = (fileBytes / (mbps * 1e6)) * 1000;
+  const afterHeaderTransferMs = ((fileBytes - headerBytes) / (mbps * 1e6)) * 1000;
+  return {
+    workerStarted: rel(result.loadTimes.workerStartedAt),
+    moduleReady: rel(result.loadTimes.moduleReadyAt),
+    headerRead,
+    loadResolved: result.loadMs,
+    firstRequest: requests.length ? Math.min(...requests.map((r) => rel(r.startMs))) : null,
+    firstByte,
+    lastByte,
+    linkBusyMs: busy,
+    requests: requests.length,
+    headerBytes,
+    promptCalled: rel(result.timeOriginMs + result.cold.callMs),
+    firstCompute: at(firstPass[0]?.computeStartMs ?? 0),
+    lastUnitIoEnd: at(Math.max(...firstPass.map((e) => e.ioEndMs))),
+    lastCompute: at(firstPass[firstPass.length - 1]?.computeEndMs ?? 0),
+    firstToken,
+    keptUp,
+    pairs,
+    cpuMs: cpu,
+    transferMs,
+    ttftOverTransfer: firstToken / transferMs,
+    afterHeaderOverTransfer: (firstToken - headerRead) / afterHeaderTransferMs,
+  };
+}
+
 function printTables(o, rows, meta) {
   const out = [];
   out.push('');
@@ -570,19 +714,47 @@ function printTables(o, rows, meta) {
   if (o.mbps > 0) {
     out.push('');
     out.push(`Cold time to first token behind a ${o.mbps} MB/s link, against the pure transfer time of the file ` +
-             '(target for SipLLM: ≤ 1.2× transfer, prefill running while blocks arrive).');
+             '(target for SipLLM: ≤ 1.15× transfer, prefill running while blocks arrive).');
     out.push('');
-    out.push('| model | type | MB | thr | transfer s | SipLLM TTFT s | ÷ transfer | wllama TTFT s | ÷ transfer | SipLLM ÷ wllama |');
-    out.push('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|');
+    out.push('Transfer: the file\'s bytes at the cap; download: the time this browser took to download the file alone ' +
+             'over the same link, in the engine\'s request pattern (2 MiB ranges, two at a time), in a fresh browser.');
+    out.push('');
+    out.push('| model | type | MB | thr | transfer s | download s | SipLLM TTFT s | ÷ transfer | ÷ download | wllama TTFT s | ÷ transfer | SipLLM ÷ wllama |');
+    out.push('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
     for (const row of rows) {
       const s = row.s && !row.s.error ? row.s : {};
       const w = row.w && !row.w.error ? row.w : {};
       const transferS = row.model.bytes / (o.mbps * 1e6);
       const sS = s.coldTtftMs !== undefined ? s.coldTtftMs / 1000 : null;
       const wS = w.coldTtftMs !== undefined ? w.coldTtftMs / 1000 : null;
+      const downloadS = row.download && !row.download.error ? row.download.downloadMs / 1000 : null;
       out.push(`| ${row.model.shape} | ${row.model.type} | ${fmt(row.model.bytes / 1e6)} | ${row.threads} | ` +
-               `${fmt(transferS, 2)} | ${fmt(sS, 2)} | ${fmt(ratio(sS, transferS), 2)} | ${fmt(wS, 2)} | ` +
-               `${fmt(ratio(wS, transferS), 2)} | ${fmt(ratio(sS, wS), 2)} |`);
+               `${fmt(transferS, 2)} | ${fmt(downloadS, 2)} | ${fmt(sS, 2)} | ${fmt(ratio(sS, transferS), 2)} | ` +
+               `${fmt(ratio(sS, downloadS), 2)} | ${fmt(wS, 2)} | ${fmt(ratio(wS, transferS), 2)} | ${fmt(ratio(sS, wS), 2)} |`);
+    }
+    const breakdowns = rows.filter((row) => row.coldBreakdown);
+    if (breakdowns.length > 0) {
+      out.push('');
+      out.push('Where SipLLM\'s cold time went, in ms from the load() call (page, model server and engine clocks lined up): ' +
+               'the engine worker started, its module and thread pool were ready, the header was read; the model ' +
+               'server saw the first range request, sent the first and the last byte (link busy: share of that span ' +
+               'with a body in flight); the prompt was given; the first unit\'s compute started; the last unit\'s ' +
+               'compute ended; the first token reached the page. Kept up: units whose compute started before the last ' +
+               'byte of the unit two further on. CPU: seconds used by the page\'s renderer (engine worker, compute ' +
+               'threads), Chromium\'s network service and the model server, from load() to the first token.');
+      out.push('');
+      out.push('| model | type | thr | worker | module | header | 1st request | 1st byte | last byte | link busy | prompt | ' +
+               '1st compute | last compute | 1st token | ÷ transfer | after header ÷ | kept up | CPU s renderer / network / server |');
+      out.push('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
+      for (const row of breakdowns) {
+        const b = row.coldBreakdown;
+        const cpu = (kind) => fmt(b.cpuMs[kind] === null ? null : b.cpuMs[kind] / 1000, 2);
+        out.push(`| ${row.model.shape} | ${row.model.type} | ${row.threads} | ${fmt(b.workerStarted)} | ${fmt(b.moduleReady)} | ` +
+                 `${fmt(b.headerRead)} | ${fmt(b.firstRequest)} | ${fmt(b.firstByte)} | ${fmt(b.lastByte)} | ` +
+                 `${fmt((100 * b.linkBusyMs) / (b.lastByte - b.firstByte))} % | ${fmt(b.promptCalled)} | ${fmt(b.firstCompute)} | ` +
+                 `${fmt(b.lastCompute)} | ${fmt(b.firstToken)} | ${fmt(b.ttftOverTransfer, 2)} | ${fmt(b.afterHeaderOverTransfer, 2)} | ` +
+                 `${b.keptUp}/${b.pairs} | ${cpu('renderer')} / ${cpu('network')} / ${cpu('server')} |`);
+      }
     }
   }
   if (notes.length > 0) {
@@ -628,8 +800,21 @@ async function main() {
   let done = 0;
   try {
     for (const model of models) {
+      // Behind a capped link: how long this browser takes to download the
+      // file alone, in the engine's request pattern (2 MiB ranges, 2 at once).
+      let download = null;
+      if (o.mbps > 0) {
+        process.stdout.write(`${model.shape} ${model.type}: download alone: `);
+        const url = `${modelServer.url}/${model.file}`;
+        try {
+          download = await runInBrowser(o, pageUrl, modelServer, 'download', { url, pieceBytes: 2 << 20, inFlight: 2 }, log);
+        } catch (error) {
+          download = { error: error.message.split('\n')[0] };
+        }
+        console.log(download.error ? `error: ${download.error}` : `${fmt(download.downloadMs)} ms`);
+      }
       for (const threads of o.threads) {
-        const row = { model, threads, s: null, w: null, raw: {} };
+        const row = { model, threads, s: null, w: null, raw: {}, download };
         for (const engine of o.engines) {
           done += 1;
           const label = `[${done}/${total}] ${model.shape} ${model.type} ${threads}t ${engine}`;
@@ -642,7 +827,7 @@ async function main() {
           log.push(label);
           let result;
           try {
-            result = await runInBrowser(o, pageUrl, engine, config, log);
+            result = await runInBrowser(o, pageUrl, modelServer, engine, config, log);
           } catch (error) {
             result = { error: error.message.split('\n')[0] };
           }
@@ -652,7 +837,10 @@ async function main() {
           if (result.crossOriginIsolated === false) result.error ??= 'the bench page was not cross-origin isolated';
           const summary = summarize(result);
           row.raw[engine] = result;
-          if (engine === 'sipllm') row.s = summary;
+          if (engine === 'sipllm') {
+            row.s = summary;
+            if (o.mbps > 0 && !summary.error) row.coldBreakdown = coldBreakdown(result, model.bytes, o.mbps);
+          }
           else row.w = summary;
           console.log(summary.error
             ? `error: ${summary.error}`
@@ -682,7 +870,7 @@ async function main() {
     table,
     rows: rows.map((r) => ({
       model: { shape: r.model.shape, type: r.model.type, file: r.model.file, bytes: r.model.bytes, vocab: r.model.vocab },
-      threads: r.threads, sipllm: r.s, wllama: r.w, raw: r.raw,
+      threads: r.threads, sipllm: r.s, wllama: r.w, coldBreakdown: r.coldBreakdown ?? null, download: r.download ?? null, raw: r.raw,
     })),
     prompt: models[0]?.prompt,
     pageLog: log,

@@ -91,6 +91,10 @@ async function benchSipllm({ url, threads, prompt, maxTokens, ban, contextLength
     const wasmBaseUrl = new URL(sipllmWasmBase ?? SIPLLM_WASM_BASE, location.href).href;
     const llm = await SipLLM.load(url, { threads, cache: false, build: sipllmBuild ?? 'auto', contextLength, wasmBaseUrl });
     result.loadMs = performance.now() - t0;
+    // Epoch times (as the servers and the engine's loader timeline keep them).
+    result.timeOriginMs = performance.timeOrigin;
+    result.calledAtMs = performance.timeOrigin + t0;
+    result.loadTimes = llm.stats().load;
     log(`SipLLM: loaded in ${result.loadMs.toFixed(0)} ms; cold run`);
     const cold = await sipllmGenerate(llm, prompt, options);
     result.coldTtftMs = cold.firstMs - t0;
@@ -162,6 +166,8 @@ async function benchWllama({ url, threads, prompt, maxTokens, ban, contextLength
     // useCache: false downloads again even if the file is in wllama's cache.
     await wllama.loadModelFromUrl(url, { n_threads: threads, n_ctx: contextLength, n_gpu_layers: 0, useCache: false });
     result.loadMs = performance.now() - t0;
+    result.timeOriginMs = performance.timeOrigin;
+    result.calledAtMs = performance.timeOrigin + t0;
     result.threads = wllama.getNumThreads();
     result.multithread = wllama.isMultithread();
     log(`wllama: loaded in ${result.loadMs.toFixed(0)} ms (${result.threads} threads); cold run`);
@@ -178,6 +184,43 @@ async function benchWllama({ url, threads, prompt, maxTokens, ban, contextLength
   });
 }
 
-Object.assign(globalThis, { benchSipllm, benchWllama });
+// ---- The link alone -------------------------------------------------------------------
+
+// How long this browser takes just to download the file over the same link:
+// range requests of `pieceBytes`, `inFlight` at a time (as the engine's two
+// load threads make them), each body read to the end and copied once, as the
+// engine's transport does. The honest "pure transfer time" to hold a time to
+// first token against: a browser spends CPU on every request and every byte.
+async function benchDownload({ url, pieceBytes, inFlight }) {
+  return withErrors(async (result) => {
+    const head = await fetch(url, { headers: { Range: 'bytes=0-0' } });
+    const size = Number((head.headers.get('content-range') ?? '').split('/')[1]);
+    if (!(size > 0)) throw new Error(`${url}: no file size in the answer to a range request`);
+    const sink = new Uint8Array(pieceBytes);
+    let next = 0;
+    const t0 = performance.now();
+    const worker = async () => {
+      while (next < size) {
+        const offset = next;
+        next += pieceBytes;
+        const end = Math.min(offset + pieceBytes, size) - 1;
+        const response = await fetch(url, { headers: { Range: `bytes=${offset}-${end}` } });
+        const reader = response.body.getReader();
+        let at = 0;
+        for (;;) {
+          const step = await reader.read();
+          if (step.done) break;
+          sink.set(step.value.subarray(0, Math.min(step.value.length, sink.length - at)), at);
+          at += step.value.length;
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: inFlight }, worker));
+    result.downloadMs = performance.now() - t0;
+    result.bytes = size;
+  });
+}
+
+Object.assign(globalThis, { benchSipllm, benchWllama, benchDownload });
 globalThis.benchReady = true;
 log(`ready (crossOriginIsolated: ${globalThis.crossOriginIsolated})`);
