@@ -84,7 +84,12 @@ Module['sipllmHost'] = (function () {
     try {
       var response;
       try {
-        response = await fetch(url, { headers: { Range: range }, redirect: 'follow', signal: controller.signal });
+        // no-store: the engine keeps its own cache; the browser's would write
+        // a second copy of every range to disk, and it makes requests for one
+        // URL wait on each other (Chromium's cache lock), which serialises
+        // small ones such as a prompt's embedding rows.
+        response = await fetch(url, { headers: { Range: range }, redirect: 'follow', cache: 'no-store',
+                                      signal: controller.signal });
       } catch (e) {
         if (stalled) {
           out.failure = 'stalled';
