@@ -223,14 +223,19 @@ std::optional<SplitName> parse_split_name(const std::string& name, int index, in
 std::unique_ptr<WeightSource> open_split_model(std::unique_ptr<WeightSource> first,
                                                const std::string& first_name, const OpenPart& open_part) {
   GgufFile first_header = GgufFile::parse(*first);
-  const uint64_t declared_count = first_header.get_uint(kSplitCountKey, 0);
+  uint64_t declared_count = 0, index = 0;
+  try {
+    declared_count = first_header.get_uint(kSplitCountKey, 0);
+    index = first_header.get_uint(kSplitNoKey, 0);
+  } catch (const Error& e) {
+    throw Error(e.kind(), first_name + ": " + e.what());
+  }
   if (declared_count <= 1) return first;
   if (declared_count > kMaxParts) {
     throw Error(ErrorKind::kFormat, first_name + ": split.count " + std::to_string(declared_count) +
                                         " is more parts than names can number (" + std::to_string(kMaxParts) + ")");
   }
   const int count = static_cast<int>(declared_count);
-  const uint64_t index = first_header.get_uint(kSplitNoKey, 0);
   if (index != 0) {
     std::string hint;
     if (index < declared_count) {
