@@ -934,6 +934,16 @@ TEST_F(HttpTest, HttpCliRunsAUrlAndCachesIt) {
   EXPECT_GT(server_->stats().requests, 0u);
 }
 
+TEST_F(HttpTest, HttpCliRunsASplitModelByItsFirstPartsUrl) {
+  // Two parts, each with its tensors past 4.5 GiB.
+  const std::string args = " -p 'Once upon a time' -n 20 --temp 0 2>/dev/null";
+  const std::string cli = SIPLLM_CLI_PATH;
+  const std::string from_file = run_command(cli + " run -m " + *root_ + "/stories260K.gguf" + args);
+  const std::string url = server_->url("/far-00001-of-00002.gguf");
+  EXPECT_EQ(run_command(cli + " run -m " + url + " --cache-dir " + cache_dir_ + "/cli" + args), from_file);
+  EXPECT_EQ(list_cached_models(*make_directory_cache(cache_dir_ + "/cli")).size(), 2u);
+}
+
 // ---- Response checks and the index format, without a server ---------------------
 
 HttpRangeResponse response(int status, const std::string& content_range, uint64_t body,
