@@ -88,8 +88,9 @@ std::unique_ptr<WeightSource> make_throttled_source(std::unique_ptr<WeightSource
 // the metadata and the first tensors), read as one model.
 //
 // `first` is the source of the file named `first_name` (a path or a URL).
-// When its header names no split (or a split into one part), it is returned
-// as it is. Otherwise the other parts are opened by name with `open_part`
+// When the name is not in gguf-split's form, or the header names no split
+// (or a split into one part), it is returned as it is (a part opened by
+// another name is refused by the engine, which tells why). Otherwise the other parts are opened by name with `open_part`
 // (the names derived from `first_name` as llama.cpp derives them; a URL
 // keeps its query) and the result is one source whose bytes form a single
 // GGUF file: a header holding the first part's metadata and every part's

@@ -29,6 +29,20 @@ std::string part_suffix(int index, int count) {
   return suffix;
 }
 
+// The path (for a URL, before its query) ends like a part's: "-DDDDD-of-DDDDD.gguf".
+bool has_part_name(const std::string& name) {
+  std::string path = name;
+  if (is_http_url(name)) path = name.substr(0, name.find_first_of("?#"));
+  const std::string pattern = "-#####-of-#####.gguf";
+  if (path.size() <= pattern.size()) return false;
+  const std::string tail = path.substr(path.size() - pattern.size());
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const bool digit = tail[i] >= '0' && tail[i] <= '9';
+    if (pattern[i] == '#' ? !digit : tail[i] != pattern[i]) return false;
+  }
+  return true;
+}
+
 // "NAME (part 2 of 3 of a split model)": how errors name a part.
 std::string describe_part(const std::string& name, int index, int count) {
   return name + " (part " + std::to_string(index + 1) + " of " + std::to_string(count) +
@@ -222,6 +236,10 @@ std::optional<SplitName> parse_split_name(const std::string& name, int index, in
 
 std::unique_ptr<WeightSource> open_split_model(std::unique_ptr<WeightSource> first,
                                                const std::string& first_name, const OpenPart& open_part) {
+  // Parsing the header here and again in the engine costs a large
+  // vocabulary tens of milliseconds: only a name in gguf-split's form is
+  // worth a look (the engine refuses a part opened by any other name).
+  if (!has_part_name(first_name)) return first;
   GgufFile first_header = GgufFile::parse(*first);
   uint64_t declared_count = 0, index = 0;
   try {
@@ -252,7 +270,7 @@ std::unique_ptr<WeightSource> open_split_model(std::unique_ptr<WeightSource> fir
   if (!split_name) {
     throw Error(ErrorKind::kInvalidArgument,
                 first_name + " is the first of " + std::to_string(count) +
-                    " parts of a split model, but its name does not end in" + part_suffix(0, count) +
+                    " parts of a split model, but its name does not end in " + part_suffix(0, count) +
                     ": the other parts' names cannot be derived from it (keep gguf-split's names)");
   }
 

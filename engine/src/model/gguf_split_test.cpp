@@ -271,15 +271,18 @@ TEST_F(SplitTest, OpeningByAnotherNameThanTheFirstPartsIsRefused) {
   EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
   EXPECT_NE(std::string(e.what()).find("is part 2 of 3"), std::string::npos) << e.what();
   EXPECT_NE(std::string(e.what()).find("n-00001-of-00003.gguf)"), std::string::npos) << e.what();
-  // The first part renamed: the other names cannot be derived.
-  fs::rename(first, path("renamed.gguf"));
-  e = expect_error([&] { open_split_files(path("renamed.gguf")); });
+  // The first part renamed in gguf-split's form, but not as part 1 of 3:
+  // the other names cannot be derived.
+  fs::rename(first, path("renamed-00001-of-00004.gguf"));
+  e = expect_error([&] { open_split_files(path("renamed-00001-of-00004.gguf")); });
   EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
-  EXPECT_NE(std::string(e.what()).find("-00001-of-00003.gguf"), std::string::npos) << e.what();
-  // One part given to the engine directly.
-  e = expect_error([&] { Engine::open(open_file_source(path("renamed.gguf"))); });
+  EXPECT_NE(std::string(e.what()).find("does not end in -00001-of-00003.gguf"), std::string::npos) << e.what();
+  // Renamed otherwise, it is not looked at as a split; the engine refuses it.
+  fs::rename(path("renamed-00001-of-00004.gguf"), path("renamed.gguf"));
+  e = expect_error([&] { Engine::open(open_split_files(path("renamed.gguf"))); });
   EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
   EXPECT_NE(std::string(e.what()).find("part 1 of 3 of a split model"), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("NAME-00001-of-00003.gguf"), std::string::npos) << e.what();
 }
 
 // ---- Past 4 GiB ---------------------------------------------------------------------
