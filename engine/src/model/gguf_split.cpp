@@ -49,12 +49,17 @@ std::string describe_part(const std::string& name, int index, int count) {
          " of a split model)";
 }
 
-// One part: its source and header, and where its tensor data lies in the
-// combined address space.
+// One part while the set is checked: its name, source and header.
 struct Part {
   std::string name;
   std::unique_ptr<WeightSource> source;
   GgufFile header;
+};
+
+// Where one part's tensor data lies: in its file, and in the combined
+// address space.
+struct PartData {
+  std::unique_ptr<WeightSource> source;
   uint64_t data_offset = 0;  // in the part's file
   uint64_t data_bytes = 0;   // from data_offset to the end of the file
   uint64_t base = 0;         // where data_offset lands in the combined address space
@@ -70,7 +75,7 @@ struct Part {
 // Gaps between the ranges (alignment padding) read as zeros.
 class SplitSource final : public WeightSource {
  public:
-  SplitSource(std::vector<Part> parts, std::vector<uint8_t> header, uint64_t size)
+  SplitSource(std::vector<PartData> parts, std::vector<uint8_t> header, uint64_t size)
       : parts_(std::move(parts)), header_(std::move(header)), size_(size) {}
 
   uint64_t size() const override { return size_; }
@@ -101,12 +106,12 @@ class SplitSource final : public WeightSource {
   }
 
   void header_done() override {
-    for (Part& part : parts_) part.source->header_done();
+    for (PartData& part : parts_) part.source->header_done();
   }
 
   int parallel_reads() const override {
     int most = 1;
-    for (const Part& part : parts_) most = std::max(most, part.source->parallel_reads());
+    for (const PartData& part : parts_) most = std::max(most, part.source->parallel_reads());
     return most;
   }
 
@@ -134,9 +139,9 @@ class SplitSource final : public WeightSource {
       }
       // The last part starting at or before `at`.
       auto next = std::upper_bound(parts_.begin(), parts_.end(), at,
-                                   [](uint64_t offset, const Part& p) { return offset < p.base; });
+                                   [](uint64_t offset, const PartData& p) { return offset < p.base; });
       if (next != parts_.begin()) {
-        const Part& part = *std::prev(next);
+        const PartData& part = *std::prev(next);
         const size_t k = static_cast<size_t>(std::prev(next) - parts_.begin());
         if (at < part.base + part.data_bytes) {
           const size_t n = n_before(part.base + part.data_bytes);
@@ -153,7 +158,7 @@ class SplitSource final : public WeightSource {
     }
   }
 
-  std::vector<Part> parts_;
+  std::vector<PartData> parts_;
   const std::vector<uint8_t> header_;
   const uint64_t size_;
 };
@@ -327,22 +332,25 @@ std::unique_ptr<WeightSource> open_split_model(std::unique_ptr<WeightSource> fir
   const uint64_t data_start =
       align_up(encode_gguf_header(version, metadata, tensors, relative).size(), min_alignment);
   uint64_t at = align_up(data_start, max_alignment);
-  for (Part& part : parts) {
-    part.data_offset = part.header.data_offset();
-    part.data_bytes = part.source->size() > part.data_offset ? part.source->size() - part.data_offset : 0;
-    part.base = at;
-    at = align_up(at + part.data_bytes, max_alignment);
-  }
-  const uint64_t size = parts.back().base + parts.back().data_bytes;
+  std::vector<PartData> layout;
   size_t i = 0;
-  for (const Part& part : parts) {
+  for (Part& part : parts) {
+    PartData data;
+    data.data_offset = part.header.data_offset();
+    data.data_bytes = part.source->size() > data.data_offset ? part.source->size() - data.data_offset : 0;
+    data.base = at;
+    at = align_up(at + data.data_bytes, max_alignment);
     for (const GgufTensorInfo& t : part.header.tensors()) {
-      relative[i++] = part.base - data_start + (t.offset - part.data_offset);
+      relative[i++] = data.base - data_start + (t.offset - data.data_offset);
     }
+    data.source = std::move(part.source);
+    layout.push_back(std::move(data));
   }
+  const uint64_t size = layout.back().base + layout.back().data_bytes;
   std::vector<uint8_t> header = encode_gguf_header(version, metadata, tensors, relative);
   header.resize(static_cast<size_t>(data_start), 0);
-  return std::make_unique<SplitSource>(std::move(parts), std::move(header), size);
+  // The parts' headers go here: only where their data lies is kept.
+  return std::make_unique<SplitSource>(std::move(layout), std::move(header), size);
 }
 
 void write_split_model(WeightSource& source, const std::string& prefix, int parts, uint64_t data_gap) {
