@@ -13,9 +13,9 @@ export function splitPartUrls(url: string): string[] {
   const path = cut < 0 ? url : url.slice(0, cut);
   const query = cut < 0 ? '' : url.slice(cut);
   const match = FIRST_PART.exec(path);
-  const count = match === null ? 0 : Number(match[1]);
-  if (count < 2) return [url];
-  const prefix = path.slice(0, path.length - match![0].length);
-  return Array.from({ length: count }, (_, i) =>
-    `${prefix}-${String(i + 1).padStart(5, '0')}-of-${match![1]}.gguf${query}`);
+  if (match === null || Number(match[1]) < 2) return [url];
+  const [suffix, count] = match;
+  const prefix = path.slice(0, path.length - suffix.length);
+  return Array.from({ length: Number(count) }, (_, i) =>
+    `${prefix}-${String(i + 1).padStart(5, '0')}-of-${count}.gguf${query}`);
 }
