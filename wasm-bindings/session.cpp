@@ -46,6 +46,57 @@ class ReportingSource final : public WeightSource {
   ProgressReporter& progress_;
 };
 
+// The network and cache counters of a split model's parts, summed: each
+// part's source reports its own, from whichever thread reads it. Shared by
+// the parts' callbacks, which live as long as the sources.
+class PartCounters : public std::enable_shared_from_this<PartCounters> {
+ public:
+  explicit PartCounters(ProgressReporter& progress) : progress_(progress) {}
+
+  // The callback for the next part opened.
+  std::function<void(uint64_t, uint64_t, uint64_t)> next_part() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const size_t part = counts_.size();
+    counts_.emplace_back(0, 0);
+    return [self = shared_from_this(), part](uint64_t fetched, uint64_t from_cache, uint64_t) {
+      self->update(part, fetched, from_cache);
+    };
+  }
+
+ private:
+  void update(size_t part, uint64_t fetched, uint64_t from_cache) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    counts_[part] = {fetched, from_cache};
+    uint64_t all_fetched = 0, all_from_cache = 0;
+    for (const auto& [f, c] : counts_) {
+      all_fetched += f;
+      all_from_cache += c;
+    }
+    progress_.counts(all_fetched, all_from_cache);
+  }
+
+  ProgressReporter& progress_;
+  std::mutex mutex_;
+  std::vector<std::pair<uint64_t, uint64_t>> counts_;  // per part: fetched, from the cache
+};
+
+HttpSourceStats sum_stats(const std::vector<HttpSource*>& sources) {
+  HttpSourceStats sum;
+  sum.opened_from_cache = sum.caching = !sources.empty();
+  for (const HttpSource* source : sources) {
+    const HttpSourceStats s = source->stats();
+    sum.requests += s.requests;
+    sum.retries += s.retries;
+    sum.bytes_fetched += s.bytes_fetched;
+    sum.bytes_from_cache += s.bytes_from_cache;
+    sum.opened_from_cache = sum.opened_from_cache && s.opened_from_cache;
+    sum.whole_file = sum.whole_file || s.whole_file;
+    sum.caching = sum.caching && s.caching;
+    if (sum.cache_error.empty()) sum.cache_error = s.cache_error;
+  }
+  return sum;
+}
+
 // The single-thread build has no threads to give the engine.
 EngineOptions adapt_to_build(EngineOptions options) {
 #if !SIPLLM_WASM_THREADS
@@ -236,18 +287,24 @@ void Session::open_url(const std::string& url, const OpenOptions& options) {
     http.parallel_requests = 1;
 #endif
     if (options.cache_store_id != 0) http.cache = make_js_store(options.cache_store_id);
-    http.on_progress = [this](uint64_t fetched, uint64_t from_cache, uint64_t) {
-      progress_.counts(fetched, from_cache);
+    // A split model's parts: each its own source and cache entry.
+    const auto counters = std::make_shared<PartCounters>(progress_);
+    std::vector<HttpSource*> parts;
+    const auto open_part = [&](const std::string& part_url) -> std::unique_ptr<WeightSource> {
+      HttpSourceOptions part_options = http;
+      part_options.on_progress = counters->next_part();
+      std::unique_ptr<HttpSource> part = open_http_source(part_url, transport, part_options);
+      parts.push_back(part.get());
+      return part;
     };
-    std::unique_ptr<HttpSource> source = open_http_source(url, transport, http);
-    HttpSource* raw = source.get();
     // The weights start coming as soon as their offsets are known: a model
     // loaded from a URL is loaded to be used (and the warm-up that follows
     // the load would start the same loads a little later).
     EngineOptions engine = options.engine;
     engine.loader.prefetch_on_open = true;
-    open_source(std::move(source), engine);
-    http_source_ = raw;
+    open_source(open_split_model(open_part(url), url, open_part), engine);
+    std::lock_guard<std::mutex> lock(engine_mutex_);
+    http_sources_ = std::move(parts);
   });
 }
 
@@ -371,8 +428,8 @@ size_t Session::kv_cache_bytes() const { return idle_engine().kv_cache_bytes(); 
 
 std::optional<HttpSourceStats> Session::source_stats() const {
   idle_engine();
-  if (http_source_ == nullptr) return std::nullopt;
-  return http_source_->stats();
+  if (http_sources_.empty()) return std::nullopt;
+  return sum_stats(http_sources_);
 }
 
 void Session::close() {
@@ -386,7 +443,7 @@ void Session::close() {
   std::unique_ptr<Engine> engine;
   {
     std::lock_guard<std::mutex> lock(engine_mutex_);
-    http_source_ = nullptr;
+    http_sources_.clear();
     engine = std::move(engine_);
   }
 #if SIPLLM_WASM_THREADS

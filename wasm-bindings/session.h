@@ -158,7 +158,9 @@ class Session {
 
   mutable std::mutex engine_mutex_;  // guards the engine_ pointer against cancel()
   std::unique_ptr<Engine> engine_;
-  HttpSource* http_source_ = nullptr;  // inside engine_'s source, when opened from a URL
+  // Inside engine_'s source, when opened from a URL: one, or one per part of
+  // a split model.
+  std::vector<HttpSource*> http_sources_;
   // The transport of a URL's source, set on the main runtime thread when the
   // open starts: close() aborts its requests, also those of a running open.
   std::shared_ptr<HttpTransport> transport_;

@@ -25,6 +25,12 @@ const char* const kUsage =
     "  sipllm gen --shape NAME --type TYPE --vocab V.gguf -o OUT.gguf\n"
     "                                                          write a random-weight model\n"
     "      shapes: tiny, smollm-135m, qwen2.5-0.5b, llama-3.2-1b, kquant-small\n"
+    "  sipllm split --parts N [--data-gap BYTES] MODEL.gguf PREFIX\n"
+    "                                                          write PREFIX-00001-of-0000N.gguf ...\n"
+    "      as llama.cpp's gguf-split: the first part holds the metadata; --data-gap leaves\n"
+    "      BYTES unused (sparse) before each part's tensors, to test offsets past 4 GiB\n"
+    "  Every command reads a split model (gguf-split's NAME-00001-of-0000N.gguf ...)\n"
+    "  given its first part's path or URL.\n"
     "\n"
     "sampling (run):\n"
     "  --temp T            temperature, 0 = greedy (default 0.8)\n"
@@ -84,39 +90,12 @@ const char* const kUsage =
     "  --repeats N         with a grammar: runs with and without it, N each (default 3);\n"
     "                      greedy unless sampling flags are given\n";
 
-namespace {
-
-class ArgReader {
- public:
-  explicit ArgReader(const std::vector<std::string>& args) : args_(args) {}
-  bool done() const { return i_ >= args_.size(); }
-  std::string next_flag() { return args_[i_++]; }
-  std::string value(const std::string& flag) {
-    if (i_ >= args_.size()) throw UsageError(flag + " needs a value");
-    return args_[i_++];
-  }
-
- private:
-  const std::vector<std::string>& args_;
-  size_t i_ = 0;
-};
-
 long long parse_int(const std::string& flag, const std::string& text, long long min, long long max) {
   char* end = nullptr;
   errno = 0;
   const long long v = std::strtoll(text.c_str(), &end, 10);
   if (text.empty() || *end != '\0' || errno != 0 || v < min || v > max) {
     throw UsageError(flag + ": '" + text + "' is not an integer in [" + std::to_string(min) + ", " +
-                     std::to_string(max) + "]");
-  }
-  return v;
-}
-
-double parse_double(const std::string& flag, const std::string& text, double min, double max) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !(v >= min && v <= max)) {
-    throw UsageError(flag + ": '" + text + "' is not a number in [" + std::to_string(min) + ", " +
                      std::to_string(max) + "]");
   }
   return v;
@@ -138,6 +117,34 @@ uint64_t parse_bytes(const std::string& flag, const std::string& text) {
   if (v > std::numeric_limits<uint64_t>::max() / scale) throw UsageError(flag + ": '" + text + "' is too large");
   return v * scale;
 }
+
+namespace {
+
+class ArgReader {
+ public:
+  explicit ArgReader(const std::vector<std::string>& args) : args_(args) {}
+  bool done() const { return i_ >= args_.size(); }
+  std::string next_flag() { return args_[i_++]; }
+  std::string value(const std::string& flag) {
+    if (i_ >= args_.size()) throw UsageError(flag + " needs a value");
+    return args_[i_++];
+  }
+
+ private:
+  const std::vector<std::string>& args_;
+  size_t i_ = 0;
+};
+
+double parse_double(const std::string& flag, const std::string& text, double min, double max) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(v >= min && v <= max)) {
+    throw UsageError(flag + ": '" + text + "' is not a number in [" + std::to_string(min) + ", " +
+                     std::to_string(max) + "]");
+  }
+  return v;
+}
+
 
 std::string read_file(const std::string& flag, const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -354,29 +361,51 @@ std::string default_cache_dir() {
 
 namespace {
 
-std::unique_ptr<WeightSource> open_http_model(const CommonOptions& options) {
-  HttpSourceOptions http;
-  http.parallel_requests = options.http.parallel_requests;
-  http.allow_whole_file = options.http.allow_whole_file;
-  http.max_retries = options.http.max_retries;
-  http.backoff_ms = options.http.backoff_ms;
-  http.max_retry_after_ms = options.http.max_retry_after_ms;
-  http.read_timeout_ms = options.http.read_timeout_ms;
-  http.page_bytes = options.http.page_bytes;
-  if (!options.http.no_cache) {
-    const std::string dir =
-        options.http.cache_dir.empty() ? default_cache_dir() : options.http.cache_dir;
-    if (!dir.empty()) http.cache = make_directory_cache(dir);
-  }
-  return open_http_source(options.model, make_curl_transport(), http);
+std::shared_ptr<CacheStore> open_cache(const CommonOptions& options) {
+  if (options.http.no_cache) return nullptr;
+  const std::string dir = options.http.cache_dir.empty() ? default_cache_dir() : options.http.cache_dir;
+  return dir.empty() ? nullptr : make_directory_cache(dir);
 }
+
+// Opens one file: a model, or one part of a split model (each part a URL
+// of its own, with its own cache entry).
+class FileOpener {
+ public:
+  explicit FileOpener(const CommonOptions& options) : options_(options) {}
+
+  std::unique_ptr<WeightSource> open(const std::string& name) {
+    if (!is_http_url(name)) {
+      return options_.backend == Backend::kMmap ? open_mmap_source(name) : open_file_source(name);
+    }
+    if (transport_ == nullptr) {
+      transport_ = make_curl_transport();
+      cache_ = open_cache(options_);
+    }
+    HttpSourceOptions http;
+    http.parallel_requests = options_.http.parallel_requests;
+    http.allow_whole_file = options_.http.allow_whole_file;
+    http.max_retries = options_.http.max_retries;
+    http.backoff_ms = options_.http.backoff_ms;
+    http.max_retry_after_ms = options_.http.max_retry_after_ms;
+    http.read_timeout_ms = options_.http.read_timeout_ms;
+    http.page_bytes = options_.http.page_bytes;
+    http.cache = cache_;
+    return open_http_source(name, transport_, http);
+  }
+
+ private:
+  const CommonOptions& options_;
+  std::shared_ptr<HttpTransport> transport_;
+  std::shared_ptr<CacheStore> cache_;
+};
 
 }  // namespace
 
 std::unique_ptr<WeightSource> open_source(const CommonOptions& options) {
-  std::unique_ptr<WeightSource> source = is_http_url(options.model)    ? open_http_model(options)
-                                         : options.backend == Backend::kMmap ? open_mmap_source(options.model)
-                                                                             : open_file_source(options.model);
+  FileOpener opener(options);
+  std::unique_ptr<WeightSource> source =
+      open_split_model(opener.open(options.model), options.model,
+                       [&opener](const std::string& name) { return opener.open(name); });
   if (options.throttle.bandwidth_mb_per_s > 0 || options.throttle.latency_ms > 0) {
     source = make_throttled_source(std::move(source), options.throttle);
   }

@@ -85,11 +85,17 @@ ParsedArgs parse_args(const std::string& command, const std::vector<std::string>
 
 bool is_http_url(const std::string& model);
 
+// Integers of command-line values, checked: a UsageError names the flag.
+long long parse_int(const std::string& flag, const std::string& text, long long min, long long max);
+// A byte count, with an optional suffix K, M or G (powers of 1024).
+uint64_t parse_bytes(const std::string& flag, const std::string& text);
+
 // $XDG_CACHE_HOME/sipllm, else $HOME/.cache/sipllm, else "" (no cache).
 std::string default_cache_dir();
 
 // Opens the model file with the chosen backend and throttle; a URL streams
-// over HTTP range requests through libcurl and the directory cache.
+// over HTTP range requests through libcurl and the directory cache. A split
+// model is opened by its first part, which brings the others.
 std::unique_ptr<WeightSource> open_source(const CommonOptions& options);
 
 // open_source, then the engine with the chosen engine options.

@@ -6,6 +6,7 @@
 //   sipllm embed -m MODEL.gguf -p "TEXT" [-p "TEXT"...] [--pooling mean|cls|last]
 //   sipllm bench -m MODEL.gguf [loader and run options]
 //   sipllm gen --shape NAME --type TYPE --vocab VOCAB.gguf -o OUT.gguf
+//   sipllm split --parts N [--data-gap BYTES] MODEL.gguf PREFIX
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 
 #include "cli_options.h"
 #include "sipllm/engine.h"
+#include "sipllm/gguf_split.h"
 #include "sipllm/random_model.h"
 #include "sipllm/vocabulary.h"
 
@@ -148,6 +150,35 @@ int run_gen(const std::vector<std::string>& args) {
   return 0;
 }
 
+// sipllm split --parts N [--data-gap BYTES] MODEL.gguf PREFIX
+int run_split(const std::vector<std::string>& args) {
+  int parts = 0;
+  uint64_t data_gap = 0;
+  std::vector<std::string> positional;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--parts" || arg == "--data-gap") {
+      if (i + 1 >= args.size()) throw UsageError(arg + " needs a value");
+      const std::string& value = args[++i];
+      if (arg == "--parts") {
+        parts = static_cast<int>(parse_int(arg, value, 1, 65535));
+      } else {
+        data_gap = parse_bytes(arg, value);
+      }
+    } else if (arg.rfind("-", 0) == 0) {
+      throw UsageError("unknown option '" + arg + "' for 'split'");
+    } else {
+      positional.push_back(arg);
+    }
+  }
+  if (parts == 0 || positional.size() != 2) throw UsageError("split needs --parts N, MODEL.gguf and PREFIX");
+  auto source = open_file_source(positional[0]);
+  write_split_model(*source, positional[1], parts, data_gap);
+  std::printf("wrote %s ... %s\n", split_part_name(positional[1], 0, parts).c_str(),
+              split_part_name(positional[1], parts - 1, parts).c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main_with_args(std::vector<std::string> args) {
@@ -158,6 +189,7 @@ int main_with_args(std::vector<std::string> args) {
   const std::string command = args[0];
   args.erase(args.begin());
   if (command == "gen") return run_gen(args);
+  if (command == "split") return run_split(args);
   ParsedArgs parsed = parse_args(command, args);
   if (command == "info") return run_info(parsed.common);
   if (command == "embed") return run_embed(parsed.common, parsed.embed);

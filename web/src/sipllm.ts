@@ -15,6 +15,7 @@ import { ENGINE_LOAD_OPTION_KEYS, NON_NEGATIVE_LOAD_OPTION_KEYS } from './bridge
 import type { EngineLoadOptions } from './bridge.generated.js';
 import { ChatCompletions, Completions, Embeddings } from './openai.js';
 import type { CompletionEngine } from './openai.js';
+import { splitPartUrls } from './split-names.js';
 import type { CacheLocation, EmbedResult as EmbedReply, EngineGenerateOptions, GenerateResult, LoadRequest, LoadResult } from './protocol.js';
 import type {
   Build,
@@ -437,9 +438,12 @@ export class SipLLM implements CompletionEngine {
     return SipLLM.withCacheWorker(options, (handle, cache) => handle.request<CachedModel[]>({ type: 'listCache', cache }));
   }
 
+  // A split model's first part stands for the model: every part's entry goes.
   static async deleteCachedModel(url: string | URL, options: CacheOptions = {}): Promise<void> {
     const href = resolveUrl(url);
-    await SipLLM.withCacheWorker(options, (handle, cache) => handle.request({ type: 'deleteCache', cache, url: href }));
+    await SipLLM.withCacheWorker(options, async (handle, cache) => {
+      for (const part of splitPartUrls(href)) await handle.request({ type: 'deleteCache', cache, url: part });
+    });
   }
 
   private static async withCacheWorker<T>(options: CacheOptions,

@@ -20,6 +20,9 @@ export interface SyncStore {
   remove(name: string): void;
   // Between requests: background upkeep (spare files, flushing).
   maintain(): Promise<void>;
+  // Before a load that may create `entries` cache entries (a model, or each
+  // part of a split model): what they need is made ready.
+  reserve(entries: number): Promise<void>;
   close(): void;
 }
 
@@ -99,6 +102,8 @@ export class DirectoryStore implements SyncStore {
 
   async maintain(): Promise<void> {}
 
+  async reserve(): Promise<void> {}
+
   close(): void {}
 }
 
@@ -128,7 +133,7 @@ interface OpfsDirectoryHandle {
 
 const HEADER_BYTES = 4096;
 const MAGIC = 'sipllm-cache-file 1\n';
-const SPARE_FILES = 4;
+const SPARE_FILES = 4;  // two entries' worth: an index and a pages file each
 
 interface OpfsFile {
   fileName: string;  // the OPFS file
@@ -236,8 +241,18 @@ export class OpfsStore implements SyncStore {
   }
 
   async maintain(): Promise<void> {
+    await this.openSpares(SPARE_FILES);
+  }
+
+  // A split model's parts are entries of their own: opened ahead, since a
+  // write cannot wait for a file to open.
+  async reserve(entries: number): Promise<void> {
+    await this.openSpares(Math.max(SPARE_FILES, 2 * entries));
+  }
+
+  private async openSpares(count: number): Promise<void> {
     for (const file of this.files.values()) file.access.flush();
-    while (this.spares.length < SPARE_FILES) {
+    while (this.spares.length < count) {
       const handle = await this.directory.getFileHandle(`f-${crypto.randomUUID()}`, { create: true });
       this.spares.push({ fileName: handle.name, access: await openAccess(handle) });
     }

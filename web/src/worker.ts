@@ -7,6 +7,7 @@ import { isNode, nodeImport } from './env.js';
 import { loadEngineModule } from './module-loader.js';
 import type { Answer, ByteProgress, EngineModule, EngineSession, JobOutcome, LiveUnit, Registry } from './module-loader.js';
 import type { CacheLocation, EmbedRequest, EmbedResult, GenerateRequest, LoadRequest, Reply, Request } from './protocol.js';
+import { splitPartUrls } from './split-names.js';
 import { DirectoryStore, OpfsStore } from './stores.js';
 import type { SyncStore } from './stores.js';
 import type { EngineOpenOptions } from './bridge.generated.js';
@@ -237,6 +238,7 @@ class EngineWorker {
     if (request.cache !== null) {
       try {
         this.store = await this.openStore(request.cache);
+        if (request.url !== undefined) await this.store.reserve(splitPartUrls(request.url).length);
         this.registry.stores.set(MODEL_STORE_ID, this.store);
         cacheStoreId = MODEL_STORE_ID;
       } catch (error) {

@@ -207,6 +207,37 @@ describe('streaming over HTTP', () => {
     }
   });
 
+  it('streams a unit over its budget from the cache once it is stored, never again from the network', async () => {
+    const budget = 400_000;
+    const url = `${server.url}/${MODEL}`;
+    const cache = tempDir('cache');
+    try {
+      await server.reset();
+      const llm = await SipLLM.load(url, { threads: 2, memoryBudget: budget, cache });
+      try {
+        expect(await collect(llm.generate(PROMPT, { maxTokens: 60, temperature: 0 }))).toBe(expected);
+        expect(llm.stats().loader.streamedUnits).toBeGreaterThan(0);
+        // Every byte crossed the network once, however often it was read.
+        expect((await server.stats()).bytes).toBeLessThanOrEqual(fileSize(MODEL));
+        const afterFirst = llm.stats().source!;
+        const requests = (await server.stats()).requests;
+
+        await llm.reset();
+        expect(await collect(llm.generate(PROMPT, { maxTokens: 60, temperature: 0 }))).toBe(expected);
+        const afterSecond = llm.stats();
+        expect((await server.stats()).requests).toBe(requests);
+        expect(afterSecond.source!.bytesFetched).toBe(afterFirst.bytesFetched);
+        // The streamed units were read again, every token, from the cache.
+        expect(afterSecond.source!.bytesFromCache - afterFirst.bytesFromCache)
+          .toBeGreaterThan(10 * (llm.info.weightBytes - afterSecond.loader.residentBytes));
+      } finally {
+        await llm.unload();
+      }
+    } finally {
+      removeDir(cache);
+    }
+  });
+
   it('streams a model larger than its memory budget, on every token', async () => {
     // Room for the ring (two of the largest unit) and little else.
     const budget = 400_000;

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,5 +82,30 @@ struct ThrottleOptions {
 };
 std::unique_ptr<WeightSource> make_throttled_source(std::unique_ptr<WeightSource> inner,
                                                     const ThrottleOptions& options);
+
+// A model split by llama.cpp's gguf-split into files NAME-00001-of-0000N.gguf
+// ... NAME-0000N-of-0000N.gguf, each a GGUF file of its own (the first holds
+// the metadata and the first tensors), read as one model.
+//
+// `first` is the source of the file named `first_name` (a path or a URL).
+// When the name is not in gguf-split's form, or the header names no split
+// (or a split into one part), it is returned as it is (a part opened by
+// another name is refused by the engine, which tells why). Otherwise the other parts are opened by name with `open_part`
+// (the names derived from `first_name` as llama.cpp derives them; a URL
+// keeps its query) and the result is one source whose bytes form a single
+// GGUF file: a header holding the first part's metadata and every part's
+// tensors, then each part's tensor data, read from that part. Offsets are
+// 64-bit throughout, so the whole can exceed 4 GiB as each part can. Each
+// part stays its own source (its own cache entry, for HTTP); a read
+// spanning parts is split between them.
+//
+// Throws Error naming the part at fault: one that cannot be opened (the
+// error open_part gave, kind kept), one from another split (split.count or
+// split.no wrong), a tensor defined in two parts, a total that is not
+// split.tensors.count, or a first part opened by a name that does not
+// follow the rule (or that is not the first part).
+using OpenPart = std::function<std::unique_ptr<WeightSource>(const std::string& name)>;
+std::unique_ptr<WeightSource> open_split_model(std::unique_ptr<WeightSource> first,
+                                               const std::string& first_name, const OpenPart& open_part);
 
 }  // namespace sipllm

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "sipllm/error.h"
 
@@ -15,6 +16,16 @@ constexpr size_t kHeaderChunk = 1 << 20;      // header reads come in 1 MiB rang
 
 [[noreturn]] void format_error(const std::string& message) {
   throw Error(ErrorKind::kFormat, message);
+}
+
+// A count the file can hold may still be more than memory can: a size_t is
+// 32 bits in WebAssembly, where files past 4 GiB are read too. Checked
+// before it is narrowed, so that it is an error rather than a shorter read.
+size_t in_memory(uint64_t count, const std::string& what) {
+  if (count > std::numeric_limits<size_t>::max() / 2) {
+    format_error(what + ": a length of " + std::to_string(count) + " is more than this build can hold in memory");
+  }
+  return static_cast<size_t>(count);
 }
 
 // Sequential little-endian reader over a WeightSource, buffering the header in
@@ -57,7 +68,7 @@ class Cursor {
       format_error(std::string(what) + " at offset " + std::to_string(offset_ - 8) +
                    " claims " + std::to_string(length) + " bytes, past the end of the file");
     }
-    std::string s(static_cast<size_t>(length), '\0');
+    std::string s(in_memory(length, what), '\0');
     read(s.data(), s.size(), what);
     return s;
   }
@@ -163,7 +174,7 @@ GgufValue read_value(Cursor& cursor, GgufType type, const std::string& key, int 
                  " elements at offset " + std::to_string(array_start) +
                  " does not fit in the file");
   }
-  const auto n = static_cast<size_t>(count);
+  const size_t n = in_memory(count, "metadata key '" + key + "'");
   switch (value.element_type) {
     case GgufType::kString:
       value.strings.reserve(n);
@@ -273,7 +284,7 @@ GgufFile GgufFile::parse(WeightSource& source) {
     file.alignment_ = a->unsigned_integer;
   }
 
-  file.tensors_.reserve(static_cast<size_t>(tensor_count));
+  file.tensors_.reserve(in_memory(tensor_count, "the tensor count"));
   std::vector<uint64_t> relative_offsets;
   relative_offsets.reserve(static_cast<size_t>(tensor_count));
   for (uint64_t i = 0; i < tensor_count; ++i) {

@@ -101,6 +101,9 @@ GgufWriter& GgufWriter::set_scalar(const std::string& key, GgufType type, T v) {
   return *this;
 }
 
+GgufWriter& GgufWriter::set_uint16(const std::string& key, uint16_t v) {
+  return set_scalar(key, GgufType::kUint16, v);
+}
 GgufWriter& GgufWriter::set_uint32(const std::string& key, uint32_t v) {
   return set_scalar(key, GgufType::kUint32, v);
 }
@@ -176,7 +179,12 @@ void GgufWriter::add_tensor(const std::string& name, const std::vector<uint64_t>
              [shared](std::vector<uint8_t>& out) { out = *shared; });
 }
 
-void GgufWriter::write(const std::function<void(const uint8_t*, size_t)>& sink) const {
+void GgufWriter::set_data_gap(uint64_t bytes) {
+  data_gap_ = (bytes + alignment_ - 1) / alignment_ * alignment_;
+}
+
+void GgufWriter::write(const std::function<void(const uint8_t*, size_t)>& sink,
+                       const std::function<void(uint64_t)>& skip) const {
   std::vector<uint8_t> header;
   put<uint32_t>(header, 0x46554747);
   put<uint32_t>(header, version_);
@@ -186,7 +194,7 @@ void GgufWriter::write(const std::function<void(const uint8_t*, size_t)>& sink) 
     put_string(header, e.key);
     header.insert(header.end(), e.encoded.begin(), e.encoded.end());
   }
-  uint64_t offset = 0;
+  uint64_t offset = data_gap_;
   for (const Tensor& t : tensors_) {
     put_string(header, t.name);
     put<uint32_t>(header, static_cast<uint32_t>(t.dims.size()));
@@ -197,6 +205,7 @@ void GgufWriter::write(const std::function<void(const uint8_t*, size_t)>& sink) 
   }
   header.resize((header.size() + alignment_ - 1) / alignment_ * alignment_, 0);
   sink(header.data(), header.size());
+  if (data_gap_ > 0) skip(data_gap_);
 
   std::vector<uint8_t> data;
   const std::vector<uint8_t> padding(alignment_, 0);
@@ -216,19 +225,52 @@ void GgufWriter::write(const std::function<void(const uint8_t*, size_t)>& sink) 
 
 std::vector<uint8_t> GgufWriter::to_bytes() const {
   std::vector<uint8_t> out;
-  write([&](const uint8_t* p, size_t n) { out.insert(out.end(), p, p + n); });
+  write([&](const uint8_t* p, size_t n) { out.insert(out.end(), p, p + n); },
+        [&](uint64_t n) { out.resize(out.size() + static_cast<size_t>(n), 0); });
   return out;
 }
 
 void GgufWriter::write_file(const std::string& path) const {
   std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "wb"), &std::fclose);
   if (!file) throw Error(ErrorKind::kIo, path + ": cannot open for writing");
-  write([&](const uint8_t* p, size_t n) {
-    if (n > 0 && std::fwrite(p, 1, n, file.get()) != n) {
-      throw Error(ErrorKind::kIo, path + ": write failed");
-    }
-  });
+  write(
+      [&](const uint8_t* p, size_t n) {
+        if (n > 0 && std::fwrite(p, 1, n, file.get()) != n) {
+          throw Error(ErrorKind::kIo, path + ": write failed");
+        }
+      },
+      [&](uint64_t n) {
+        // The data written after the gap extends the file over it.
+        if (::fseeko(file.get(), static_cast<off_t>(n), SEEK_CUR) != 0) {
+          throw Error(ErrorKind::kIo, path + ": cannot seek past a gap of " + std::to_string(n) + " bytes");
+        }
+      });
   if (std::fflush(file.get()) != 0) throw Error(ErrorKind::kIo, path + ": write failed");
+}
+
+std::vector<uint8_t> encode_gguf_header(uint32_t version,
+                                        const std::vector<std::pair<std::string, GgufValue>>& metadata,
+                                        const std::vector<GgufTensorInfo>& tensors,
+                                        const std::vector<uint64_t>& relative_offsets) {
+  std::vector<uint8_t> header;
+  put<uint32_t>(header, 0x46554747);
+  put<uint32_t>(header, version);
+  put<uint64_t>(header, tensors.size());
+  put<uint64_t>(header, metadata.size());
+  for (const auto& [key, value] : metadata) {
+    put_string(header, key);
+    put_type(header, value.type);
+    put_value(header, value);
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const GgufTensorInfo& t = tensors[i];
+    put_string(header, t.name);
+    put<uint32_t>(header, static_cast<uint32_t>(t.dims.size()));
+    for (uint64_t d : t.dims) put<uint64_t>(header, d);
+    put<uint32_t>(header, t.type_id);
+    put<uint64_t>(header, relative_offsets[i]);
+  }
+  return header;
 }
 
 }  // namespace sipllm

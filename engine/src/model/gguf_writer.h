@@ -17,6 +17,7 @@ class GgufWriter {
  public:
   explicit GgufWriter(uint32_t version = 3, uint64_t alignment = 32);
 
+  GgufWriter& set_uint16(const std::string& key, uint16_t v);
   GgufWriter& set_uint32(const std::string& key, uint32_t v);
   GgufWriter& set_int32(const std::string& key, int32_t v);
   GgufWriter& set_uint64(const std::string& key, uint64_t v);
@@ -40,7 +41,13 @@ class GgufWriter {
   void add_tensor(const std::string& name, const std::vector<uint64_t>& dims, TensorType type,
                   std::vector<uint8_t> data);
 
-  std::vector<uint8_t> to_bytes() const;
+  // Leaves `bytes` (rounded up to the alignment) unused at the start of the
+  // data section: the tensors' offsets grow by that much. write_file seeks
+  // over the gap, so on file systems with sparse files it takes no space;
+  // tests use it to place tensors past 4 GiB.
+  void set_data_gap(uint64_t bytes);
+
+  std::vector<uint8_t> to_bytes() const;  // a gap is zeros here
   void write_file(const std::string& path) const;  // throws Error(kIo)
 
   uint64_t alignment() const { return alignment_; }
@@ -60,12 +67,24 @@ class GgufWriter {
   void store_encoded(const std::string& key, std::vector<uint8_t> encoded);
   template <typename T>
   GgufWriter& set_scalar(const std::string& key, GgufType type, T v);
-  void write(const std::function<void(const uint8_t*, size_t)>& sink) const;
+  // `sink` takes bytes in file order; `skip` passes over a gap.
+  void write(const std::function<void(const uint8_t*, size_t)>& sink,
+             const std::function<void(uint64_t)>& skip) const;
 
   uint32_t version_;
   uint64_t alignment_;
+  uint64_t data_gap_ = 0;
   std::vector<Entry> entries_;
   std::vector<Tensor> tensors_;
 };
+
+// A GGUF header as bytes: magic, version, counts, the metadata in order and
+// the tensor infos, each tensor at `relative_offsets[i]` from the start of
+// the data section. Ends where the tensor infos end: the caller pads it to
+// the alignment the metadata states (32 when it states none).
+std::vector<uint8_t> encode_gguf_header(uint32_t version,
+                                        const std::vector<std::pair<std::string, GgufValue>>& metadata,
+                                        const std::vector<GgufTensorInfo>& tensors,
+                                        const std::vector<uint64_t>& relative_offsets);
 
 }  // namespace sipllm

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 
+#include "sipllm/gguf_split.h"
 #include "sipllm/error.h"
 
 namespace sipllm {
@@ -328,6 +329,16 @@ std::vector<std::pair<std::string, double>> ModelDescription::hyperparameters() 
 }
 
 ModelDescription describe_model(const GgufFile& file, int context_length) {
+  // One part of a split model lacks the other parts' tensors; read alone it
+  // would fail on the first one missing, without saying why.
+  if (const uint64_t parts = file.get_uint(kSplitCountKey, 0); parts > 1) {
+    const int count = static_cast<int>(std::min<uint64_t>(parts, 99999));
+    throw Error(ErrorKind::kInvalidArgument,
+                "the file is part " + std::to_string(file.get_uint(kSplitNoKey, 0) + 1) + " of " +
+                    std::to_string(parts) + " of a split model (gguf-split): open the model by its first "
+                    "part, under the name gguf-split gave it (" + split_part_name("NAME", 0, count) +
+                    "), which brings the others (open_split_model)");
+  }
   ModelDescription d;
   d.architecture = file.require_string("general.architecture");
   d.family = find_family(d.architecture);

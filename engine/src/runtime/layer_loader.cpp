@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <new>
 
 #include "model/half.h"
@@ -15,7 +16,19 @@ constexpr size_t kBufferAlignment = 64;
 constexpr uint64_t kMaxCoalesceGap = 4096;
 constexpr size_t kMaxTimelineEvents = 1 << 14;
 
-size_t align_up(size_t n) { return (n + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment; }
+uint64_t align_up(uint64_t n) { return (n + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment; }
+
+// File offsets and sizes are 64-bit, memory is not everywhere: a size_t is
+// 32 bits in WebAssembly. Bytes that must fit in one buffer are checked
+// before they are narrowed, so that an impossible buffer is an error rather
+// than a short allocation.
+size_t addressable(uint64_t bytes, const std::string& what) {
+  if (bytes > std::numeric_limits<size_t>::max() / 2) {
+    throw Error(ErrorKind::kOutOfBudget, what + " needs one buffer of " + std::to_string(bytes) +
+                                             " bytes, more than this build can address");
+  }
+  return static_cast<size_t>(bytes);
+}
 
 }  // namespace
 
@@ -33,7 +46,7 @@ LayerLoader::UnitPlan LayerLoader::plan_unit(const ModelDescription& model, int 
             [&](size_t a, size_t b) { return unit.tensors[a].offset() < unit.tensors[b].offset(); });
 
   plan.tensor_offsets.assign(unit.tensors.size(), 0);
-  size_t buffer_end = 0;
+  uint64_t buffer_end = 0;
   for (size_t i : order) {
     const uint64_t offset = unit.tensors[i].offset();
     const uint64_t bytes = unit.tensors[i].bytes();
@@ -42,15 +55,17 @@ LayerLoader::UnitPlan LayerLoader::plan_unit(const ModelDescription& model, int 
       const uint64_t last_end = last.file_offset + last.length;
       if (offset >= last.file_offset && offset <= last_end + kMaxCoalesceGap) {
         last.length = std::max(last_end, offset + bytes) - last.file_offset;
-        plan.tensor_offsets[i] = last.buffer_offset + (offset - last.file_offset);
         buffer_end = last.buffer_offset + last.length;
+        addressable(buffer_end, unit.name);
+        plan.tensor_offsets[i] = last.buffer_offset + static_cast<size_t>(offset - last.file_offset);
         continue;
       }
     }
-    const size_t buffer_offset = align_up(buffer_end);
-    plan.ranges.push_back({offset, bytes, buffer_offset});
-    plan.tensor_offsets[i] = buffer_offset;
+    const uint64_t buffer_offset = align_up(buffer_end);
     buffer_end = buffer_offset + bytes;
+    addressable(buffer_end, unit.name);
+    plan.ranges.push_back({offset, bytes, static_cast<size_t>(buffer_offset)});
+    plan.tensor_offsets[i] = static_cast<size_t>(buffer_offset);
   }
   for (const ReadRange& r : plan.ranges) plan.read_bytes += r.length;
 
@@ -60,11 +75,11 @@ LayerLoader::UnitPlan LayerLoader::plan_unit(const ModelDescription& model, int 
     const GgufTensorInfo* t = unit.tensors[i].tensor;
     if (t != nullptr && unit.tensors[i].spec->is_vector() && t->type != TensorType::kF32) {
       buffer_end = align_up(buffer_end);
-      plan.vector_offsets[i] = buffer_end;
+      plan.vector_offsets[i] = static_cast<size_t>(buffer_end);
       buffer_end += t->elements * sizeof(float);
     }
   }
-  plan.buffer_bytes = align_up(buffer_end);
+  plan.buffer_bytes = addressable(align_up(buffer_end), unit.name);
   return plan;
 }
 
@@ -589,9 +604,9 @@ void LayerLoader::release(int unit) {
 }
 
 std::vector<float> LayerLoader::read_vector(const GgufTensorInfo& tensor) {
-  std::vector<uint8_t> bytes(static_cast<size_t>(tensor.bytes));
+  std::vector<uint8_t> bytes(addressable(tensor.bytes, tensor.name));
   source_.read(tensor.offset, bytes.data(), bytes.size());
-  std::vector<float> values(static_cast<size_t>(tensor.elements));
+  std::vector<float> values(addressable(tensor.elements * sizeof(float), tensor.name) / sizeof(float));
   dequantize_row(tensor.type, bytes.data(), values.data(), values.size());
   return values;
 }
@@ -611,11 +626,12 @@ void LayerLoader::embed(const int32_t* tokens, int n, float* out) {
 
   // An untied table within the budget is read whole, once.
   if (embedding_resident_ && embedding_->state == SlotState::kFree) {
+    const size_t table_bytes = addressable(table.bytes, table.name);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      ensure_capacity(embedding_->buffer, static_cast<size_t>(table.bytes));
+      ensure_capacity(embedding_->buffer, table_bytes);
     }
-    source_.read(table.offset, embedding_->buffer.data.get(), static_cast<size_t>(table.bytes));
+    source_.read(table.offset, embedding_->buffer.data.get(), table_bytes);
     std::lock_guard<std::mutex> lock(mutex_);
     embedding_->state = SlotState::kReady;
     stats_.embedding_bytes_read += table.bytes;

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -27,6 +28,7 @@
 #include "io/http/range_response.h"
 #include "sipllm/engine.h"
 #include "sipllm/error.h"
+#include "sipllm/gguf_split.h"
 #include "sipllm/http_source.h"
 #include "test_support.h"
 
@@ -208,6 +210,13 @@ class HttpTest : public ::testing::Test {
     fs::copy_file(test::model_path("llama.cpp-vocab/ggml-vocab-deepseek-llm.gguf"),
                   *root_ + "/vocab-deepseek-llm.gguf");
     test::random_llama_writer("kquant-small", TensorType::kQ8_0, 11).write_file(*root_ + "/multi.gguf");
+    // Split sets: multi.gguf in three parts; stories260K in two, each with a
+    // 4.5 GiB hole (sparse) before its tensors; and a set missing its second part.
+    write_split_model(*open_file_source(*root_ + "/multi.gguf"), *root_ + "/multi", 3);
+    write_split_model(*open_file_source(*root_ + "/stories260K.gguf"), *root_ + "/far", 2,
+                      (4ull << 30) + (512ull << 20));
+    write_split_model(*open_file_source(*root_ + "/stories260K.gguf"), *root_ + "/lonely", 2);
+    fs::remove(*root_ + "/lonely-00002-of-00002.gguf");
     server_ = new RangeServer(*root_);
     stories_ = new Reference(run_model(open_file_source(*root_ + "/stories260K.gguf")));
     multi_ = new Reference(run_model(open_file_source(*root_ + "/multi.gguf")));
@@ -402,6 +411,68 @@ TEST_F(HttpTest, HttpSecondLoadFromCacheSendsNoRequests) {
   EXPECT_EQ(s.requests, 0u);
   EXPECT_EQ(s.bytes_fetched, 0u);
   EXPECT_GT(s.bytes_from_cache, 0u);
+}
+
+// A split model over HTTP: each part a URL of its own, each cached as its
+// own entry; the second load comes from the cache without a request.
+std::unique_ptr<WeightSource> open_http_split(const std::string& first, const HttpSourceOptions& options) {
+  auto transport = make_curl_transport();
+  const auto open = [&](const std::string& url) -> std::unique_ptr<WeightSource> {
+    return open_http_source(url, transport, options);
+  };
+  return open_split_model(open(first), first, open);
+}
+
+TEST_F(HttpTest, HttpSplitModelMatchesTheUnsplitFileAndCachesEachPart) {
+  HttpSourceOptions options = fast_options();
+  options.cache = cache();
+  const std::string first = server_->url("/multi-00001-of-00003.gguf");
+  expect_same_as(run_model(open_http_split(first, options)), *multi_);
+  std::vector<CachedModel> cached = list_cached_models(*options.cache);
+  ASSERT_EQ(cached.size(), 3u);
+  for (int k = 0; k < 3; ++k) {
+    const std::string url = server_->url("/" + split_part_name("multi", k, 3));
+    const bool listed = std::any_of(cached.begin(), cached.end(), [&](const CachedModel& m) {
+      return m.url == url && m.size == file_size(split_part_name("multi", k, 3));
+    });
+    EXPECT_TRUE(listed) << url;
+  }
+  server_->reset();
+  EngineOptions streamed;
+  streamed.loader.memory_budget = 0;
+  expect_same_as(run_model(open_http_split(first, options), streamed), *multi_);
+  EXPECT_EQ(server_->stats().requests, 0u) << "every part from the cache";
+}
+
+TEST_F(HttpTest, HttpSplitModelMissingPartIsNamed) {
+  const std::string first = server_->url("/lonely-00001-of-00002.gguf");
+  const Error e = expect_error([&] { open_http_split(first, fast_options()); });
+  EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
+  const std::string second = server_->url("/lonely-00002-of-00002.gguf");
+  EXPECT_EQ(std::string(e.what()),
+            second + " (part 2 of 2 of a split model): " + second + " bytes 0-1048575: HTTP 404");
+}
+
+TEST_F(HttpTest, HttpTensorsPast4GiBAreFetchedAndCached) {
+  // Both parts hold their tensors past 4.5 GiB: range requests, the cache's
+  // pages and the combined address space (past 9 GiB) all go beyond 32 bits.
+  HttpSourceOptions options = fast_options();
+  options.cache = cache();
+  const std::string first = server_->url("/far-00001-of-00002.gguf");
+  const auto asked_past_4GiB = [](const ServerStats& stats) {
+    for (const ServedRequest& r : stats.log) {
+      const size_t eq = r.range.find('=');
+      if (eq != std::string::npos && std::strtoull(r.range.c_str() + eq + 1, nullptr, 10) > (4ull << 30)) return true;
+    }
+    return false;
+  };
+  expect_same_as(run_model(open_http_split(first, options)), *stories_);
+  EXPECT_TRUE(asked_past_4GiB(server_->stats()));
+  server_->reset();
+  expect_same_as(run_model(open_http_split(first, options)), *stories_);
+  // (Readahead may still ask for pages of the unused gap, never stored as
+  // no read used them.)
+  EXPECT_FALSE(asked_past_4GiB(server_->stats())) << "the pages past 4 GiB came from the cache";
 }
 
 TEST_F(HttpTest, HttpInterruptedDownloadResumesWithOnlyMissingPages) {
@@ -882,6 +953,16 @@ TEST_F(HttpTest, HttpCliRunsAUrlAndCachesIt) {
   EXPECT_EQ(server_->stats().requests, 0u);
   EXPECT_EQ(run_command(cli + " run -m " + url + " --no-cache" + args), from_file);
   EXPECT_GT(server_->stats().requests, 0u);
+}
+
+TEST_F(HttpTest, HttpCliRunsASplitModelByItsFirstPartsUrl) {
+  // Two parts, each with its tensors past 4.5 GiB.
+  const std::string args = " -p 'Once upon a time' -n 20 --temp 0 2>/dev/null";
+  const std::string cli = SIPLLM_CLI_PATH;
+  const std::string from_file = run_command(cli + " run -m " + *root_ + "/stories260K.gguf" + args);
+  const std::string url = server_->url("/far-00001-of-00002.gguf");
+  EXPECT_EQ(run_command(cli + " run -m " + url + " --cache-dir " + cache_dir_ + "/cli" + args), from_file);
+  EXPECT_EQ(list_cached_models(*make_directory_cache(cache_dir_ + "/cli")).size(), 2u);
 }
 
 // ---- Response checks and the index format, without a server ---------------------
