@@ -14,9 +14,9 @@ ctest --test-dir build/native --output-on-failure -j2
 scripts/test-sanitized.sh address
 scripts/test-sanitized.sh thread
 
-# Each fuzz target for 10 s, after its whole corpus and its regression inputs,
+# Each fuzz target for 6 s, after its whole corpus and its regression inputs,
 # in the AddressSanitizer build just made (see tests/fuzz/README.md).
-scripts/fuzz.sh 10
+scripts/fuzz.sh 6
 
 # The WebAssembly builds, then the web package's suite (Vitest, under Node,
 # against the range server, compared with the native CLI built above), with

@@ -90,9 +90,9 @@ std::unique_ptr<WeightSource> make_throttled_source(std::unique_ptr<WeightSource
 // `first` is the source of the file named `first_name` (a path or a URL).
 // When the name is not in gguf-split's form, or the header names no split
 // (or a split into one part), it is returned as it is (a part opened by
-// another name is refused by the engine, which tells why). Otherwise the other parts are opened by name with `open_part`
-// (the names derived from `first_name` as llama.cpp derives them; a URL
-// keeps its query) and the result is one source whose bytes form a single
+// another name is refused by the engine, which tells why). Otherwise the
+// other parts are opened by name with `open_part` (the names derived from
+// `first_name` as llama.cpp derives them; a URL keeps its query) and the result is one source whose bytes form a single
 // GGUF file: a header holding the first part's metadata and every part's
 // tensors, then each part's tensor data, read from that part. Offsets are
 // 64-bit throughout, so the whole can exceed 4 GiB as each part can. Each
