@@ -210,9 +210,9 @@ class HttpTest : public ::testing::Test {
     fs::copy_file(test::model_path("llama.cpp-vocab/ggml-vocab-deepseek-llm.gguf"),
                   *root_ + "/vocab-deepseek-llm.gguf");
     test::random_llama_writer("kquant-small", TensorType::kQ8_0, 11).write_file(*root_ + "/multi.gguf");
-    // Split sets: multi.gguf in three parts; stories260K in two, each with a
-    // 4.5 GiB hole (sparse) before its tensors; and a set missing its second part.
-    write_split_model(*open_file_source(*root_ + "/multi.gguf"), *root_ + "/multi", 3);
+    // Split sets of stories260K: in three parts; in two, each with a 4.5 GiB
+    // hole (sparse) before its tensors; and a set missing its second part.
+    write_split_model(*open_file_source(*root_ + "/stories260K.gguf"), *root_ + "/stories", 3);
     write_split_model(*open_file_source(*root_ + "/stories260K.gguf"), *root_ + "/far", 2,
                       (4ull << 30) + (512ull << 20));
     write_split_model(*open_file_source(*root_ + "/stories260K.gguf"), *root_ + "/lonely", 2);
@@ -426,21 +426,21 @@ std::unique_ptr<WeightSource> open_http_split(const std::string& first, const Ht
 TEST_F(HttpTest, HttpSplitModelMatchesTheUnsplitFileAndCachesEachPart) {
   HttpSourceOptions options = fast_options();
   options.cache = cache();
-  const std::string first = server_->url("/multi-00001-of-00003.gguf");
-  expect_same_as(run_model(open_http_split(first, options)), *multi_);
+  const std::string first = server_->url("/stories-00001-of-00003.gguf");
+  expect_same_as(run_model(open_http_split(first, options)), *stories_);
   std::vector<CachedModel> cached = list_cached_models(*options.cache);
   ASSERT_EQ(cached.size(), 3u);
   for (int k = 0; k < 3; ++k) {
-    const std::string url = server_->url("/" + split_part_name("multi", k, 3));
+    const std::string url = server_->url("/" + split_part_name("stories", k, 3));
     const bool listed = std::any_of(cached.begin(), cached.end(), [&](const CachedModel& m) {
-      return m.url == url && m.size == file_size(split_part_name("multi", k, 3));
+      return m.url == url && m.size == file_size(split_part_name("stories", k, 3));
     });
     EXPECT_TRUE(listed) << url;
   }
   server_->reset();
   EngineOptions streamed;
   streamed.loader.memory_budget = 0;
-  expect_same_as(run_model(open_http_split(first, options), streamed), *multi_);
+  expect_same_as(run_model(open_http_split(first, options), streamed), *stories_);
   EXPECT_EQ(server_->stats().requests, 0u) << "every part from the cache";
 }
 
