@@ -7,9 +7,12 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "model/gguf_writer.h"
 #include "model/model_generator.h"
 #include "sipllm/engine.h"
+#include "sipllm/error.h"
 
 namespace sipllm::test {
 
@@ -39,5 +42,17 @@ std::string generate_text(Engine& engine, const std::string& prompt, const Gener
                           GenerationStats* stats = nullptr);
 std::string generate_text(Engine& engine, const std::vector<int32_t>& prompt,
                           const GenerateOptions& options, GenerationStats* stats = nullptr);
+
+// Runs `fn` and returns the Error it throws (failing the test when it does not).
+template <typename Fn>
+Error expect_error(Fn fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "expected a sipllm::Error";
+  return Error(ErrorKind::kInvalidArgument, "");
+}
 
 }  // namespace sipllm::test

@@ -54,17 +54,6 @@ std::unique_ptr<WeightSource> open_split_files(const std::string& first) {
                           [](const std::string& name) { return open_file_source(name); });
 }
 
-template <typename Fn>
-Error expect_error(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a sipllm::Error";
-  return Error(ErrorKind::kInvalidArgument, "");
-}
-
 // A fresh folder per test, removed after it.
 class SplitTest : public ::testing::Test {
  protected:
@@ -214,7 +203,7 @@ TEST_F(SplitTest, ReadsAcrossPartsAndReadManyMatchTheCombinedLayout) {
 TEST_F(SplitTest, MissingPartIsNamed) {
   const std::string first = split_stories("m", 3);
   fs::remove(split_part_name(path("m"), 1, 3));
-  const Error e = expect_error([&] { open_split_files(first); });
+  const Error e = test::expect_error([&] { open_split_files(first); });
   EXPECT_EQ(e.kind(), ErrorKind::kIo);
   EXPECT_NE(std::string(e.what()).find("m-00002-of-00003.gguf (part 2 of 3"), std::string::npos) << e.what();
 }
@@ -225,7 +214,7 @@ TEST_F(SplitTest, PartOfAnotherSplitIsRefused) {
   // Part 2 of a two-part split, standing in for part 2 of three: split.count.
   fs::copy_file(split_part_name(path("b"), 1, 2), split_part_name(path("a"), 1, 3),
                 fs::copy_options::overwrite_existing);
-  Error e = expect_error([&] { open_split_files(first); });
+  Error e = test::expect_error([&] { open_split_files(first); });
   EXPECT_EQ(e.kind(), ErrorKind::kFormat);
   EXPECT_NE(std::string(e.what()).find("a-00002-of-00003.gguf (part 2 of 3"), std::string::npos) << e.what();
   EXPECT_NE(std::string(e.what()).find("one of 2 parts"), std::string::npos) << e.what();
@@ -234,7 +223,7 @@ TEST_F(SplitTest, PartOfAnotherSplitIsRefused) {
   split_stories("a", 3);
   fs::copy_file(split_part_name(path("a"), 2, 3), split_part_name(path("a"), 1, 3),
                 fs::copy_options::overwrite_existing);
-  e = expect_error([&] { open_split_files(first); });
+  e = test::expect_error([&] { open_split_files(first); });
   EXPECT_EQ(e.kind(), ErrorKind::kFormat);
   EXPECT_NE(std::string(e.what()).find("it says it is part 3 (split.no 2)"), std::string::npos) << e.what();
 }
@@ -242,13 +231,13 @@ TEST_F(SplitTest, PartOfAnotherSplitIsRefused) {
 TEST_F(SplitTest, TensorCountAndDuplicatesAreChecked) {
   write_part(path("c-00001-of-00002.gguf"), 0, 2, 3, {"a", "b"});
   write_part(path("c-00002-of-00002.gguf"), 1, 2, 3, {"c", "d"});
-  Error e = expect_error([&] { open_split_files(path("c-00001-of-00002.gguf")); });
+  Error e = test::expect_error([&] { open_split_files(path("c-00001-of-00002.gguf")); });
   EXPECT_EQ(e.kind(), ErrorKind::kFormat);
   EXPECT_NE(std::string(e.what()).find("split.tensors.count says 3 tensors, but the parts hold 4"),
             std::string::npos) << e.what();
 
   write_part(path("c-00002-of-00002.gguf"), 1, 2, 3, {"b"});
-  e = expect_error([&] { open_split_files(path("c-00001-of-00002.gguf")); });
+  e = test::expect_error([&] { open_split_files(path("c-00001-of-00002.gguf")); });
   EXPECT_EQ(e.kind(), ErrorKind::kFormat);
   EXPECT_NE(std::string(e.what()).find("tensor 'b' is defined twice"), std::string::npos) << e.what();
   EXPECT_NE(std::string(e.what()).find("c-00002-of-00002.gguf (part 2 of 2"), std::string::npos) << e.what();
@@ -267,19 +256,19 @@ TEST_F(SplitTest, OpeningByAnotherNameThanTheFirstPartsIsRefused) {
   const std::string first = split_stories("n", 3);
   // By the second part: the error names the first.
   const std::string second = split_part_name(path("n"), 1, 3);
-  Error e = expect_error([&] { open_split_files(second); });
+  Error e = test::expect_error([&] { open_split_files(second); });
   EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
   EXPECT_NE(std::string(e.what()).find("is part 2 of 3"), std::string::npos) << e.what();
   EXPECT_NE(std::string(e.what()).find("n-00001-of-00003.gguf)"), std::string::npos) << e.what();
   // The first part renamed in gguf-split's form, but not as part 1 of 3:
   // the other names cannot be derived.
   fs::rename(first, path("renamed-00001-of-00004.gguf"));
-  e = expect_error([&] { open_split_files(path("renamed-00001-of-00004.gguf")); });
+  e = test::expect_error([&] { open_split_files(path("renamed-00001-of-00004.gguf")); });
   EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
   EXPECT_NE(std::string(e.what()).find("does not end in -00001-of-00003.gguf"), std::string::npos) << e.what();
   // Renamed otherwise, it is not looked at as a split; the engine refuses it.
   fs::rename(path("renamed-00001-of-00004.gguf"), path("renamed.gguf"));
-  e = expect_error([&] { Engine::open(open_split_files(path("renamed.gguf"))); });
+  e = test::expect_error([&] { Engine::open(open_split_files(path("renamed.gguf"))); });
   EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
   EXPECT_NE(std::string(e.what()).find("part 1 of 3 of a split model"), std::string::npos) << e.what();
   EXPECT_NE(std::string(e.what()).find("NAME-00001-of-00003.gguf"), std::string::npos) << e.what();

@@ -257,18 +257,6 @@ RangeServer* HttpTest::server_ = nullptr;
 Reference* HttpTest::stories_ = nullptr;
 Reference* HttpTest::multi_ = nullptr;
 
-// Runs `fn` and returns the Error it throws (failing the test when it does not).
-template <typename Fn>
-Error expect_error(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a sipllm::Error";
-  return Error(ErrorKind::kInvalidArgument, "");
-}
-
 // ---- Same bytes, same logits --------------------------------------------------
 
 TEST_F(HttpTest, HttpStreamingMatchesFileBackendBitForBit) {
@@ -446,7 +434,7 @@ TEST_F(HttpTest, HttpSplitModelMatchesTheUnsplitFileAndCachesEachPart) {
 
 TEST_F(HttpTest, HttpSplitModelMissingPartIsNamed) {
   const std::string first = server_->url("/lonely-00001-of-00002.gguf");
-  const Error e = expect_error([&] { open_http_split(first, fast_options()); });
+  const Error e = test::expect_error([&] { open_http_split(first, fast_options()); });
   EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
   const std::string second = server_->url("/lonely-00002-of-00002.gguf");
   EXPECT_EQ(std::string(e.what()),
@@ -484,7 +472,7 @@ TEST_F(HttpTest, HttpInterruptedDownloadResumesWithOnlyMissingPages) {
   options.cache = cache();
   options.max_retries = 0;
   options.parallel_requests = 1;  // no readahead, which would absorb the cut
-  const Error e = expect_error([&] { run_model(open_http_source(url, make_curl_transport(), options)); });
+  const Error e = test::expect_error([&] { run_model(open_http_source(url, make_curl_transport(), options)); });
   EXPECT_EQ(e.kind(), ErrorKind::kNetwork) << e.what();
   EXPECT_NE(std::string(e.what()).find(url + " bytes "), std::string::npos) << e.what();
 
@@ -618,7 +606,7 @@ TEST_F(HttpTest, HttpChangedFileIsAnErrorAndDropsTheCacheEntry) {
   // One request at a time, so the change is met by the read under test and
   // not first by a readahead on another thread.
   options.parallel_requests = 1;
-  const Error e = expect_error([&] { run_model(open_http_source(url, make_curl_transport(), options)); });
+  const Error e = test::expect_error([&] { run_model(open_http_source(url, make_curl_transport(), options)); });
   EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
   const std::string message = e.what();
   EXPECT_NE(message.find(url + " bytes 1048576-1185375"), std::string::npos) << message;
@@ -632,19 +620,19 @@ TEST_F(HttpTest, HttpChangedFileIsAnErrorAndDropsTheCacheEntry) {
 
 TEST_F(HttpTest, HttpNotFoundFailsWithoutRetry) {
   const std::string url = server_->url("/fault/404/stories260K.gguf");
-  const Error e = expect_error([&] { open_http_source(url, make_curl_transport(), fast_options()); });
+  const Error e = test::expect_error([&] { open_http_source(url, make_curl_transport(), fast_options()); });
   EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
   EXPECT_STREQ(e.what(), (url + " bytes 0-1048575: HTTP 404").c_str());
   EXPECT_EQ(server_->stats().requests, 1u);
 
   const std::string missing = server_->url("/no-such-model.gguf");
-  const Error e2 = expect_error([&] { open_http_source(missing, make_curl_transport(), fast_options()); });
+  const Error e2 = test::expect_error([&] { open_http_source(missing, make_curl_transport(), fast_options()); });
   EXPECT_STREQ(e2.what(), (missing + " bytes 0-1048575: HTTP 404").c_str());
 }
 
 TEST_F(HttpTest, HttpServerIgnoringRangeIsRefusedOrLoadedWhole) {
   const std::string url = server_->url("/fault/ignore-range/stories260K.gguf");
-  const Error e = expect_error([&] { open_http_source(url, make_curl_transport(), fast_options()); });
+  const Error e = test::expect_error([&] { open_http_source(url, make_curl_transport(), fast_options()); });
   EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
   const std::string message = e.what();
   EXPECT_NE(message.find(url + " bytes 0-1048575: the server ignored the Range header"), std::string::npos)
@@ -676,7 +664,7 @@ TEST_F(HttpTest, HttpTruncatedBodyGivesUpAfterRetries) {
   const std::string url = server_->url("/fault/truncated/stories260K.gguf");
   HttpSourceOptions options = fast_options();
   options.max_retries = 2;
-  const Error e = expect_error([&] { open_http_source(url, make_curl_transport(), options); });
+  const Error e = test::expect_error([&] { open_http_source(url, make_curl_transport(), options); });
   EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
   const std::string message = e.what();
   EXPECT_EQ(message.rfind(url + " bytes 0-1048575: ", 0), 0u) << message;
@@ -712,7 +700,7 @@ TEST_F(HttpTest, HttpUnavailableGivesUpAfterMaxRetries) {
   const std::string url = server_->url("/fault/503/stories260K.gguf");
   HttpSourceOptions options = fast_options();
   options.max_retries = 3;
-  const Error e = expect_error([&] { open_http_source(url, make_curl_transport(), options); });
+  const Error e = test::expect_error([&] { open_http_source(url, make_curl_transport(), options); });
   EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
   EXPECT_STREQ(e.what(), (url + " bytes 0-1048575: HTTP 503 (Retry-After: 1) (gave up after 4 attempts)").c_str());
   EXPECT_EQ(server_->stats().requests, 4u);
@@ -720,7 +708,7 @@ TEST_F(HttpTest, HttpUnavailableGivesUpAfterMaxRetries) {
 
 TEST_F(HttpTest, HttpWrongContentRangeIsRefused) {
   const std::string url = server_->url("/fault/bad-content-range/stories260K.gguf");
-  const Error e = expect_error([&] { open_http_source(url, make_curl_transport(), fast_options()); });
+  const Error e = test::expect_error([&] { open_http_source(url, make_curl_transport(), fast_options()); });
   EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
   EXPECT_STREQ(e.what(), (url + " bytes 0-1048575: Content-Range 'bytes 1-1048576/1185376' does not "
                                 "match the bytes 0-1048575 asked for")
@@ -746,17 +734,17 @@ TEST_F(HttpTest, HttpRedirectIsFollowed) {
 TEST_F(HttpTest, HttpRefusesBadArguments) {
   HttpSourceOptions options;
   options.parallel_requests = 0;
-  EXPECT_EQ(expect_error([&] { open_http_source(server_->url("/stories260K.gguf"), make_curl_transport(), options); })
+  EXPECT_EQ(test::expect_error([&] { open_http_source(server_->url("/stories260K.gguf"), make_curl_transport(), options); })
                 .kind(),
             ErrorKind::kInvalidArgument);
-  EXPECT_EQ(expect_error([&] { open_http_source("http://host/a b.gguf", make_curl_transport()); }).kind(),
+  EXPECT_EQ(test::expect_error([&] { open_http_source("http://host/a b.gguf", make_curl_transport()); }).kind(),
             ErrorKind::kInvalidArgument);
   const Error refused =
-      expect_error([&] { open_http_source("http://127.0.0.1:1/x.gguf", make_curl_transport(), fast_options()); });
+      test::expect_error([&] { open_http_source("http://127.0.0.1:1/x.gguf", make_curl_transport(), fast_options()); });
   EXPECT_EQ(refused.kind(), ErrorKind::kNetwork);
   EXPECT_EQ(std::string(refused.what()).rfind("http://127.0.0.1:1/x.gguf bytes 0-1048575: ", 0), 0u)
       << refused.what();
-  EXPECT_EQ(expect_error([&] { open_http_source("ftp://127.0.0.1/x.gguf", make_curl_transport(), fast_options()); })
+  EXPECT_EQ(test::expect_error([&] { open_http_source("ftp://127.0.0.1/x.gguf", make_curl_transport(), fast_options()); })
                 .kind(),
             ErrorKind::kNetwork);
 }
@@ -813,7 +801,7 @@ TEST_F(HttpTest, HttpRetryAfterIsWaitedForThenTheRangeIsAskedAgain) {
 
 TEST_F(HttpTest, HttpRetryAfterOverTheCapFailsAtOnceNamingTheWait) {
   const std::string url = server_->url("/fault/429:after=3600/stories260K.gguf");
-  const Error e = expect_error([&] { open_http_source(url, make_curl_transport(), fast_options()); });
+  const Error e = test::expect_error([&] { open_http_source(url, make_curl_transport(), fast_options()); });
   EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
   EXPECT_STREQ(e.what(), (url + " bytes 0-1048575: HTTP 429 (Retry-After: 3600): the server asks to wait "
                                 "3600 s, longer than the 30 s allowed (max_retry_after_ms; 1 attempt)")
@@ -828,7 +816,7 @@ TEST_F(HttpTest, HttpStalledServerEndsInAReadTimeoutError) {
   options.read_timeout_ms = 300;
   options.max_retries = 1;
   options.cache = cache();
-  const Error e = expect_error([&] { open_http_source(url, make_curl_transport(), options); });
+  const Error e = test::expect_error([&] { open_http_source(url, make_curl_transport(), options); });
   EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
   EXPECT_STREQ(e.what(), (url + " bytes 0-1048575: no bytes for 300 ms (read timeout) (after HTTP 206, 1000 of "
                                 "1048576 bytes received) (gave up after 2 attempts)")
@@ -850,7 +838,7 @@ TEST_F(HttpTest, HttpTrickleSlowerThanTheReadTimeoutStillArrives) {
 
 TEST_F(HttpTest, HttpRedirectLoopIsRefusedWithoutRetries) {
   const std::string url = server_->url("/fault/redirect-loop/stories260K.gguf");
-  const Error e = expect_error([&] { open_http_source(url, make_curl_transport(), fast_options()); });
+  const Error e = test::expect_error([&] { open_http_source(url, make_curl_transport(), fast_options()); });
   EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
   const std::string message = e.what();
   EXPECT_EQ(message.rfind(url + " bytes 0-1048575: too many redirects (a redirect loop?)", 0), 0u) << message;
@@ -865,7 +853,7 @@ TEST_F(HttpTest, HttpFileReplacedMidSessionFailsAndLeavesNothingStale) {
   HttpSourceOptions options = fast_options();
   options.cache = cache();
   options.page_bytes = 64u << 10;
-  const Error e = expect_error([&] { run_model(open_http_source(url, make_curl_transport(), options)); });
+  const Error e = test::expect_error([&] { run_model(open_http_source(url, make_curl_transport(), options)); });
   EXPECT_EQ(e.kind(), ErrorKind::kNetwork);
   const std::string message = e.what();
   EXPECT_NE(message.find("the file changed on the server: ETag was \""), std::string::npos) << message;
