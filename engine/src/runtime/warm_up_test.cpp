@@ -19,6 +19,24 @@ std::unique_ptr<Engine> open_generated(TensorType type, EngineOptions options = 
   return Engine::open(make_memory_source(test::random_llama_bytes("tiny", type)), options);
 }
 
+// Watches the loader from this thread (as a page watches the weights arrive)
+// until every unit of the first pass has arrived, checking that they come in
+// stream order, each once. Returns how many arrived (all of them, unless the
+// generous deadline, there only so that a broken loader fails, passed).
+uint64_t watch_first_pass(const Engine& engine) {
+  const auto units = static_cast<uint64_t>(engine.loader_stats().units.size());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  uint64_t seen = 0;
+  while (seen < units && std::chrono::steady_clock::now() < deadline) {
+    const LoaderStats stats = engine.loader_stats();
+    EXPECT_GE(stats.units_loaded, seen);
+    seen = stats.units_loaded;
+    for (uint64_t u = 0; u < units; ++u) EXPECT_EQ(stats.units[u].loads, u < seen ? 1u : 0u) << "unit " << u;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return seen;
+}
+
 TEST(WarmUp, LeavesEveryResultUnchanged) {
   for (TensorType type : {TensorType::kF32, TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K}) {
     EngineOptions options;
@@ -43,23 +61,14 @@ TEST(WarmUp, LoaderFetchesTheFirstPassMeanwhile) {
   const auto units = static_cast<uint64_t>(engine->loader_stats().units.size());
   ASSERT_GT(units, 0u);
   EXPECT_EQ(engine->loader_stats().units_loaded, 0u);
-  // Watched from another thread while the warm-up runs (as a page watches
-  // the weights arrive): without any request, every unit (all resident, no
-  // budget) arrives, in stream order.
+  // While the warm-up runs, without any request, every unit (all resident,
+  // no budget) arrives, in stream order.
   std::atomic<bool> warmed{false};
   std::thread warming([&] {
     engine->warm_up(1e9);
     warmed = true;
   });
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  uint64_t seen = 0;
-  while (seen < units && std::chrono::steady_clock::now() < deadline) {
-    const LoaderStats stats = engine->loader_stats();
-    EXPECT_GE(stats.units_loaded, seen);
-    seen = stats.units_loaded;
-    for (uint64_t u = 0; u < units; ++u) EXPECT_EQ(stats.units[u].loads, u < seen ? 1u : 0u) << "unit " << u;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  const uint64_t seen = watch_first_pass(*engine);
   while (!warmed) {  // (a cancel that came before the warm-up began would not count)
     engine->cancel();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -106,11 +115,7 @@ TEST(WarmUp, EndWarmUpStopsItAndTheLoaderGoesOn) {
   // Unlike cancel(), the loader went on by itself: the whole first pass
   // arrives with no request; the request then loads nothing and gives the
   // text it gives without a warm-up.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (engine->loader_stats().units_loaded < units && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  EXPECT_EQ(engine->loader_stats().units_loaded, units);
+  EXPECT_EQ(watch_first_pass(*engine), units);
   GenerationStats stats;
   const std::string text = test::generate_text(*engine, "Once upon a time", test::greedy(8), &stats);
   EXPECT_EQ(stats.loader.units_loaded, 0u);
@@ -124,15 +129,7 @@ TEST(WarmUp, PrefetchOnOpenLoadsTheFirstPassBeforeAnyRequest) {
   const auto units = static_cast<uint64_t>(engine->loader_stats().units.size());
   ASSERT_GT(units, 0u);
   // No request, no warm-up: the units arrive anyway, in stream order.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  uint64_t seen = 0;
-  while (seen < units && std::chrono::steady_clock::now() < deadline) {
-    const LoaderStats stats = engine->loader_stats();
-    seen = stats.units_loaded;
-    for (uint64_t u = 0; u < units; ++u) EXPECT_EQ(stats.units[u].loads, u < seen ? 1u : 0u) << "unit " << u;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  EXPECT_EQ(seen, units);
+  EXPECT_EQ(watch_first_pass(*engine), units);
   GenerationStats stats;
   test::generate_text(*engine, "Once upon a time", test::greedy(4), &stats);
   EXPECT_EQ(stats.loader.units_loaded, 0u);  // nothing left to load
