@@ -4,7 +4,14 @@
 
 import { expect, test } from '@playwright/test';
 
+import config from '../playwright.config.js';
 import { complete, expectReady, loadBundled, openDemo, setFields } from './support.js';
+
+// Chromium answers a memory measurement at its next garbage collection,
+// which it may put off for up to a minute; this flag makes it collect and
+// measure at once.
+const launchOptions = config.use!.launchOptions!;
+test.use({ launchOptions: { ...launchOptions, args: [...launchOptions.args!, '--enable-blink-features=ForceEagerMeasureMemory'] } });
 
 const ROUNDS = 20;
 // What a tab may keep between rounds: allocator and JIT caches, the page's

@@ -22,7 +22,7 @@ import {
 
 // Slow enough that a block takes longer to arrive than to compute, on a
 // small machine: SmolLM-135M's shape, 30 blocks of 3.8 MB at Q8_0.
-const LINK_MBPS = 40;
+const LINK_MBPS = 20;
 const PROMPT = 'The quick brown fox jumps over the lazy dog while the cat sleeps';
 
 let dir: string;
@@ -134,13 +134,15 @@ test('prefill computes each block while the next one is still arriving', async (
   const prefillStart = Math.min(...blocks.map(({ i }) => first.get(i)!.computeStartMs));
   const lastArrival = Math.max(...prefill.map((e) => e.ioEndMs));
   expect(prefillStart).toBeLessThan(lastArrival);
-  // (Blocks whose successor-but-one arrived before the request began, while
-  // the engine fetched ahead after the load, have nothing to keep pace with.)
-  const racing = blocks.slice(0, -2).map((block, k) => ({ block, twoOn: blocks[k + 2] }))
-    .filter(({ twoOn }) => first.get(twoOn.i)!.ioEndMs > prefillStart);
+  // Blocks that arrived while the request was being made (the engine fetches
+  // ahead from the load on) are a backlog the prefill works through first;
+  // keeping pace starts at the first block the computation had to wait for.
+  const waitedFor = blocks.findIndex(({ i }, k) => k > 0 && first.get(blocks[k - 1].i)!.computeEndMs <= first.get(i)!.ioEndMs);
+  expect(waitedFor, 'the computation caught up with the download').toBeGreaterThan(0);
+  const racing = blocks.slice(waitedFor, -2).map((block, k) => ({ block, twoOn: blocks[waitedFor + k + 2] }));
   const keptPace = racing.filter(({ block, twoOn }) =>
     first.get(block.i)!.computeStartMs < first.get(twoOn.i)!.ioEndMs);
-  expect(racing.length, 'blocks still arriving when the prefill began').toBeGreaterThan(0);
+  expect(racing.length, 'blocks still arriving once the computation caught up').toBeGreaterThan(2);
   expect(keptPace.length, `blocks computed before the one two further on arrived, of ${racing.length}`)
     .toBeGreaterThan(racing.length / 2);
   const longestBlock = Math.max(...blocks.map(({ i }) => first.get(i)!.computeEndMs - first.get(i)!.computeStartMs));
@@ -157,6 +159,7 @@ test('prefill computes each block while the next one is still arriving', async (
   const firstToken = Math.max(...prefill.map((e) => e.computeEndMs));
   const download = lastArrival - Math.min(...prefill.map((e) => e.ioStartMs));
   console.log(`block map: ${frames.length} renders, ${midway.length} with blocks arrived and to come before the first token; ` +
+              `the computation caught up at block ${waitedFor}, then ${keptPace.length} of ${racing.length} kept pace; ` +
               `overlap: ${overlapped.length} of ${pairs.length} block pairs arriving after the prefill began ` +
               `(${blocks.length - 1 - pairs.length} arrived before it; not overlapped: ` +
               `${missed.map(({ k, current, next }) => `${k}: compute ${current.computeStartMs.toFixed(0)}-` +
