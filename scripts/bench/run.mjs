@@ -56,17 +56,16 @@
 // (build/native/engine/sipllm or $SIPLLM_CLI; built when missing),
 // /usr/bin/chromium (or $CHROMIUM), `npm install` (playwright-core and
 // @wllama/wllama are devDependencies of the repository root).
-import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, relative, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 
 import { chromium } from 'playwright-core';
 
 import { startRangeServer } from '../range-server.mjs';
 import { readVocab } from './gguf-vocab.mjs';
-
-const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+import {
+  CHROMIUM_ARGS, browserProcesses, cpuSample, fitPrompt, rendererPeakBytes, repoRoot, run, withTimeout,
+} from './support.mjs';
 
 const SHAPES = ['smollm-135m', 'qwen2.5-0.5b', 'qwen3-0.6b', 'gemma3-1b', 'llama-3.2-1b'];
 // The models' own vocabularies where the project carries them
@@ -75,8 +74,6 @@ const SHAPES = ['smollm-135m', 'qwen2.5-0.5b', 'qwen3-0.6b', 'gemma3-1b', 'llama
 const SHAPE_VOCABS = { 'qwen3-0.6b': 'qwen3', 'llama-3.2-1b': 'llama3', 'gemma3-1b': 'gemma3' };
 const TYPES = ['Q8_0', 'Q4_0', 'Q4_K_M'];
 const TARGETS = { decode: 2.5, prefill: 5, coldTtft: 0.5 };
-const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-  '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 
 const USAGE = `usage: npm run bench -- [options]
 
@@ -205,15 +202,6 @@ function parseOptions(argv) {
 
 // ---- Preparation ----------------------------------------------------------------------
 
-function run(command, args, what) {
-  console.log(`$ ${[command, ...args].join(' ')}`);
-  try {
-    execFileSync(command, args, { cwd: repoRoot, stdio: 'inherit' });
-  } catch (error) {
-    throw new Error(`${what} failed (${error.message.split('\n')[0]})`);
-  }
-}
-
 function newestMtime(path) {
   if (!existsSync(path)) return 0;
   const info = statSync(path);
@@ -302,61 +290,13 @@ function ensureModels(o) {
   return models;
 }
 
-// Plain text (no digits, no punctuation runs) that tokenizes alike everywhere.
-const PASSAGE = `The old lighthouse keeper climbed the narrow stairs every evening, carrying a lamp and a
-small notebook in which he wrote down the colour of the sea, the shape of the clouds and the names of
-the boats that passed the rocks before dark. Over the years the notebook became a long letter to
-nobody in particular, full of weather and patience. Children from the village sometimes followed him
-up to the gallery, where the wind was strong enough to lean on, and he would point out the gulls, the
-fishing nets drying on the harbour wall and the faint line where the water changed from green to deep
-blue. He told them that the light was not there to show the way home but to show where the danger
-was, and that a good sailor learns the difference early. In winter the storms came from the west and
-the whole tower hummed like a bell, yet the lamp kept turning, slow and steady, while the keeper sat
-by the stove mending sails for his neighbours and listening to the radio reports from distant ports.
-When the new automatic beacon was finally installed, he kept climbing the stairs anyway, because the
-sea still needed someone to watch it, and because the notebook was not yet finished.`;
-
-function tokenCount(o, model, text) {
-  let out;
-  try {
-    out = execFileSync(o.cli, ['tokenize', '-m', model, '-p', text], { encoding: 'utf8' });
-  } catch (error) {
-    throw new Error(`${o.cli} tokenize failed on ${model}: ${error.message.split('\n')[0]}`);
-  }
-  return out.trim().split(/\s+/).filter(Boolean).length;
-}
-
-// The longest run of whole words of PASSAGE (repeated as needed) that stays
-// within `target` tokens, then " and" (one token) until it is exactly there.
-function fitPrompt(o, model, target) {
-  const base = PASSAGE.split(/\s+/);
-  let words = base;
-  while (tokenCount(o, model, words.join(' ')) < target) words = words.concat(base);
-  let lo = 1;
-  let hi = words.length;  // count(lo words) <= target < count(hi words), unless lo is too long already
-  if (tokenCount(o, model, words[0]) > target) throw new Error(`--prompt-tokens ${target} is too short for a prompt`);
-  while (hi - lo > 1) {
-    const mid = (lo + hi) >> 1;
-    if (tokenCount(o, model, words.slice(0, mid).join(' ')) <= target) lo = mid;
-    else hi = mid;
-  }
-  let text = words.slice(0, lo).join(' ');
-  let n = tokenCount(o, model, text);
-  while (n < target) {
-    text += ' and';
-    n = tokenCount(o, model, text);
-  }
-  if (n !== target) throw new Error(`could not fit a prompt to exactly ${target} tokens (got ${n})`);
-  return text;
-}
-
 async function preparePrompts(o, models) {
   const byVocab = new Map();
   for (const model of models) {
     const vocab = await readVocab(model.path);
     let entry = byVocab.get(vocab.fingerprint);
     if (entry === undefined) {
-      entry = { prompt: fitPrompt(o, model.path, o.promptTokens), ban: vocab.banned, vocab };
+      entry = { prompt: fitPrompt(o.cli, model.path, o.promptTokens), ban: vocab.banned, vocab };
       byVocab.set(vocab.fingerprint, entry);
     }
     model.prompt = entry.prompt;
@@ -366,103 +306,6 @@ async function preparePrompts(o, models) {
 }
 
 // ---- The browser ------------------------------------------------------------------------
-
-function processTable() {
-  const table = new Map();
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8');
-      table.set(Number(entry), { ppid, cmdline });
-    } catch {
-      // The process ended while we looked.
-    }
-  }
-  return table;
-}
-
-function statusField(pid, field) {
-  try {
-    const match = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return match ? Number(match[1]) * 1024 : null;
-  } catch {
-    return null;
-  }
-}
-
-// The processes this one started (the browser and its children).
-function ourProcesses(table) {
-  const ours = new Set([process.pid]);
-  let grew = true;
-  while (grew) {
-    grew = false;
-    for (const [pid, { ppid }] of table) {
-      if (!ours.has(pid) && ours.has(ppid)) {
-        ours.add(pid);
-        grew = true;
-      }
-    }
-  }
-  return ours;
-}
-
-// Peak resident set of the renderer processes of the browser this process
-// started (the page, its workers and their WebAssembly memory live in one).
-function rendererPeakBytes() {
-  const table = processTable();
-  let peak = null;
-  for (const pid of ourProcesses(table)) {
-    if (!table.get(pid)?.cmdline.includes('--type=renderer')) continue;
-    const hwm = statusField(pid, 'VmHWM');
-    if (hwm !== null && (peak === null || hwm > peak)) peak = hwm;
-  }
-  return peak;
-}
-
-// CPU time so far (ms) of the browser's processes by kind, and of this
-// process, which runs the model server: who used the two cores while the
-// bytes arrived. /proc counts in ticks of 10 ms.
-const TICK_MS = 10;
-function processKind(cmdline) {
-  if (cmdline.includes('--type=renderer')) return 'renderer';
-  if (cmdline.includes('network.mojom.NetworkService')) return 'network';
-  if (cmdline.includes('--type=gpu-process')) return 'gpu';
-  if (cmdline.includes('--type=')) return 'otherBrowser';
-  return 'browser';
-}
-
-// The browser's processes and their kinds, listed once per run (walking
-// /proc at every sample would cost the machine more than what it measures).
-function browserProcesses() {
-  const table = processTable();
-  return [...ourProcesses(table)].filter((pid) => pid !== process.pid)
-    .map((pid) => ({ pid, kind: processKind(table.get(pid).cmdline) }));
-}
-
-function cpuSample(processes) {
-  const sample = { atMs: performance.timeOrigin + performance.now(), server: 0, renderer: 0, network: 0, gpu: 0, browser: 0, otherBrowser: 0 };
-  for (const { pid, kind } of processes) {
-    try {
-      const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-      sample[kind] += (Number(fields[11]) + Number(fields[12])) * TICK_MS;
-    } catch {
-      // The process ended while we looked.
-    }
-  }
-  const own = process.cpuUsage();
-  sample.server = (own.user + own.system) / 1000;
-  return sample;
-}
-
-function withTimeout(promise, seconds, what) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} took more than ${seconds} s (see --timeout)`)), seconds * 1000);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
 
 const CPU_SAMPLE_MS = 50;
 

@@ -221,6 +221,108 @@ async function benchDownload({ url, pieceBytes, inFlight }) {
   });
 }
 
-Object.assign(globalThis, { benchSipllm, benchWllama, benchDownload });
+// ---- A model larger than the tab ------------------------------------------------------
+
+// `loads` times in one page: load `url` (a split set's first part names the
+// set) within `memoryBudget` with the persistent cache on, run the prompt
+// once, unload. The first load streams from the network and keeps what it
+// fetched; the next ones find everything in the cache.
+async function benchBudgeted({ url, threads, prompt, maxTokens, ban, contextLength, memoryBudget, seed, loads, sipllmBuild }) {
+  return withErrors(async (result) => {
+    const { SipLLM } = await import('sipllm');
+    const logitBias = new Map(ban.map((token) => [token, -Infinity]));
+    result.loads = [];
+    for (let i = 0; i < loads; ++i) {
+      log(`SipLLM: load ${i + 1} of ${url}, budget ${memoryBudget ?? 'none'}`);
+      const t0 = performance.now();
+      const llm = await SipLLM.load(url, {
+        threads, cache: true, memoryBudget: memoryBudget ?? undefined, contextLength, build: sipllmBuild ?? 'auto',
+        wasmBaseUrl: new URL(SIPLLM_WASM_BASE, location.href).href,
+      });
+      const loadMs = performance.now() - t0;
+      const run = await sipllmGenerate(llm, prompt, { maxTokens, temperature: 0, seed, logitBias });
+      const stats = llm.stats();
+      const g = stats.lastGeneration;
+      result.loads.push({
+        loadMs, ttftMs: run.firstMs - t0, run, build: stats.build, threads: stats.threads,
+        memoryBudget: stats.memoryBudget, heapBytes: stats.heapBytes, kvCacheBytes: stats.kvCacheBytes,
+        source: stats.source, cache: stats.cache,
+        prefillBytesRead: g.prefillBytesRead, decodeBytesRead: g.decodeBytesRead,
+        loader: { ...stats.loader, timeline: undefined, units: stats.loader.units.map(({ name, bytes, resident, ioMs, loads: n }) => ({ name, bytes, resident, ioMs, loads: n })) },
+      });
+      await llm.unload();
+    }
+  });
+}
+
+// The persistent cache's read bandwidth in this page: a file of `bytes` in
+// OPFS, written, then read back `passes` times in pieces of `pieceBytes`
+// through a synchronous access handle in a worker, as the engine's loader
+// threads read their cache.
+async function benchOpfsRead({ bytes, pieceBytes, passes }) {
+  return withErrors(async (result) => {
+    const source = `onmessage = async ({ data: { bytes, pieceBytes, passes } }) => {
+      const root = await navigator.storage.getDirectory();
+      const name = 'sipllm-bench-read-' + Date.now();
+      const handle = await root.getFileHandle(name, { create: true });
+      const file = await handle.createSyncAccessHandle();
+      try {
+        const piece = new Uint8Array(pieceBytes);
+        for (let i = 0; i < piece.length; i += 4096) piece[i] = i & 255;
+        const w0 = performance.now();
+        for (let at = 0; at < bytes; at += pieceBytes) file.write(piece, { at });
+        file.flush();
+        const writeMs = performance.now() - w0;
+        const readMs = [];
+        for (let p = 0; p < passes; ++p) {
+          const r0 = performance.now();
+          for (let at = 0; at < bytes; at += pieceBytes) {
+            if (file.read(piece, { at }) !== Math.min(pieceBytes, bytes - at)) throw new Error('short read at ' + at);
+          }
+          readMs.push(performance.now() - r0);
+        }
+        postMessage({ writeMs, readMs });
+      } catch (error) {
+        postMessage({ error: String(error) });
+      } finally {
+        file.close();
+        await root.removeEntry(name);
+      }
+    };`;
+    const worker = new Worker(URL.createObjectURL(new Blob([source], { type: 'text/javascript' })));
+    const answer = await new Promise((done, fail) => {
+      worker.onmessage = ({ data }) => done(data);
+      worker.onerror = (event) => fail(new Error(event.message));
+      worker.postMessage({ bytes, pieceBytes, passes });
+    });
+    worker.terminate();
+    if (answer.error) throw new Error(answer.error);
+    Object.assign(result, answer, { bytes, pieceBytes });
+    result.readGBps = bytes / Math.min(...answer.readMs) / 1e6;
+  });
+}
+
+// wllama on a split set, given its first part's URL (wllama derives the
+// others); records what happened.
+async function benchWllamaSplit({ url, threads, prompt, maxTokens, ban, contextLength, seed }) {
+  return withErrors(async (result) => {
+    const { Wllama } = await import('@wllama/wllama');
+    result.version = Wllama.getLibllamaVersion();
+    const t0 = performance.now();
+    const wllama = new Wllama({ default: WLLAMA_WASM }, { suppressNativeLog: true, logger: quietLogger });
+    try {
+      await wllama.loadModelFromUrl(url, { n_threads: threads, n_ctx: contextLength, n_gpu_layers: 0, useCache: false });
+      result.loadMs = performance.now() - t0;
+      const run = await wllamaGenerate(wllama, prompt, { maxTokens, ban, seed });
+      result.ttftMs = run.firstMs - t0;
+      result.run = run;
+    } finally {
+      result.failedAfterMs = performance.now() - t0;
+      await wllama.exit().catch(() => {});
+    }
+  });
+}
+
+Object.assign(globalThis, { benchSipllm, benchWllama, benchDownload, benchBudgeted, benchOpfsRead, benchWllamaSplit });
 globalThis.benchReady = true;
 log(`ready (crossOriginIsolated: ${globalThis.crossOriginIsolated})`);

@@ -1,0 +1,343 @@
+#!/usr/bin/env node
+// Models larger than the tab, in Chromium: an 8B model split in parts,
+// loaded within a memory budget, first over a capped link, then from the
+// persistent cache (OPFS) alone; and a 1B model within a quarter of its size
+// against the same model unbudgeted. Prints a table and checks the promises;
+// exits 1 when one does not hold.
+//
+//   npm run bench:large                    the whole run (about 20 minutes)
+//   npm run bench:large -- --models llama-3.2-1b
+//   npm run bench:large -- --help          every option
+//
+// Per model and budget, a fresh browser profile on disk (so that OPFS is a
+// real disk tier, as in a user's browser, not an in-memory incognito store):
+//   1. the OPFS read bandwidth in that page (a file written, then read back
+//      through a synchronous access handle in a worker, in unit-sized pieces);
+//   2. load 1: SipLLM.load() of the first part's URL with `memoryBudget` and
+//      `cache: true`, one greedy generation of --gen-tokens after a
+//      --prompt-tokens prompt, unload. The weights stream over the capped link
+//      while the prompt runs; units the budget does not keep are read again
+//      for every token, from OPFS once fetched;
+//   3. load 2: the same in the same page, the model server's log reset in
+//      between: every byte must come from OPFS (zero network bytes).
+// Tab memory is the renderer process's peak resident set (VmHWM: the page,
+// its workers and the WebAssembly memory), read from /proc after each load;
+// it must stay within the budget plus --overhead-mb. Beside it: the page's
+// resident set before any model (the browser's own share) and the engine's
+// WebAssembly heap (which the budget bounds, with the KV cache and scratch).
+// wllama (llama.cpp in WebAssembly) then gets the same split set in a fresh
+// browser, for the record: what it did is printed.
+//
+// Figures: TTFT from the load() call; decode tok/s = (generated - 1) / (first
+// .. last piece on the page); bytes/token = the loader's bytes read during
+// decode / decode steps; "of OPFS" = decode tok/s against what the measured
+// OPFS bandwidth allows for those bytes (OPFS GB/s / bytes per token).
+import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { basename, dirname, join, relative, resolve } from 'node:path';
+
+import { chromium } from 'playwright-core';
+
+import { startRangeServer } from '../range-server.mjs';
+import { readVocab } from './gguf-vocab.mjs';
+import { CHROMIUM_ARGS, fitPrompt, rendererPeakBytes, repoRoot, run, withTimeout } from './support.mjs';
+
+const MODELS = {
+  // Budgets in GB (1e9 bytes); null: no budget.
+  'llama-3.1-8b': { parts: 4, budgets: [1.5, 3] },
+  'llama-3.2-1b': { parts: 1, budgets: ['quarter', null] },
+};
+const GB = 1e9;
+const MB = 1e6;
+
+const USAGE = `usage: npm run bench:large -- [options]
+  --models LIST      ${Object.keys(MODELS).join(', ')} (default: both)
+  --type T           quantization (default Q4_K_M)
+  --engines LIST     sipllm, wllama (default: both; wllama runs the 8B set once)
+  --mbps X           the model server's cap in MB/s (default 200)
+  --threads N        compute threads (default 2)
+  --prompt-tokens N  (default 128)
+  --gen-tokens N     greedy, exactly N (default 16)
+  --context N        (default 512)
+  --overhead-mb N    what the tab may hold beyond the budget (default 700)
+  --opfs-mb N        the OPFS bandwidth probe's file (default 1024)
+  --models-dir DIR   (default build/bench-models)
+  --timeout S        per load (default 1800)
+  --json FILE        (default build/bench/large-DATE.json)
+`;
+
+function parseOptions(argv) {
+  const o = {
+    models: Object.keys(MODELS), type: 'Q4_K_M', engines: ['sipllm', 'wllama'], mbps: 200, threads: 2,
+    promptTokens: 128, genTokens: 16, context: 512, overheadMb: 700, opfsMb: 1024,
+    modelsDir: join(repoRoot, 'build/bench-models'), timeoutS: 1800, json: null,
+    cli: process.env.SIPLLM_CLI ?? join(repoRoot, 'build/native/engine/sipllm'),
+    chromium: process.env.CHROMIUM ?? '/usr/bin/chromium',
+  };
+  const number = (flag, v) => {
+    const n = Number(v);
+    if (!(n > 0)) throw new Error(`${flag} wants a number > 0, got '${v}'`);
+    return n;
+  };
+  for (let i = 0; i < argv.length; ++i) {
+    const flag = argv[i];
+    const value = () => {
+      if (i + 1 >= argv.length) throw new Error(`${flag} needs a value`);
+      return argv[++i];
+    };
+    switch (flag) {
+      case '--models':
+        o.models = value().split(',');
+        for (const m of o.models) if (!(m in MODELS)) throw new Error(`--models: '${m}' is not one of ${Object.keys(MODELS).join(', ')}`);
+        break;
+      case '--type': o.type = value(); break;
+      case '--engines': o.engines = value().split(','); break;
+      case '--mbps': o.mbps = number(flag, value()); break;
+      case '--threads': o.threads = number(flag, value()); break;
+      case '--prompt-tokens': o.promptTokens = number(flag, value()); break;
+      case '--gen-tokens': o.genTokens = number(flag, value()); break;
+      case '--context': o.context = number(flag, value()); break;
+      case '--overhead-mb': o.overheadMb = number(flag, value()); break;
+      case '--opfs-mb': o.opfsMb = number(flag, value()); break;
+      case '--models-dir': o.modelsDir = resolve(value()); break;
+      case '--timeout': o.timeoutS = number(flag, value()); break;
+      case '--json': o.json = resolve(value()); break;
+      case '--help': case '-h': process.stdout.write(USAGE); process.exit(0); break;
+      default: throw new Error(`unknown option '${flag}' (see --help)`);
+    }
+  }
+  return o;
+}
+
+// The model, written once (`sipllm gen`, the real Llama 3 vocabulary), and
+// split into its parts (`sipllm split`) when it has more than one.
+function ensureModel(o, shape) {
+  const { parts } = MODELS[shape];
+  const whole = join(o.modelsDir, `${shape}-${o.type}.gguf`);
+  const first = parts === 1 ? whole : join(o.modelsDir, `${shape}-${o.type}-00001-of-${String(parts).padStart(5, '0')}.gguf`);
+  if (existsSync(first)) return first;
+  const vocab = join(o.modelsDir, 'vocab', 'ggml-vocab-llama3.gguf');
+  if (!existsSync(vocab)) {
+    mkdirSync(dirname(vocab), { recursive: true });
+    run('tar', ['-xJf', join(repoRoot, 'tests/fixtures/vocab/ggml-vocab-llama3.gguf.tar.xz'), '-C', dirname(vocab)],
+        'unpacking the Llama 3 vocabulary');
+  }
+  if (!existsSync(whole)) run(o.cli, ['gen', '--shape', shape, '--type', o.type, '--vocab', vocab, '-o', whole], `writing ${whole}`);
+  if (parts > 1) {
+    run(o.cli, ['split', '--parts', String(parts), whole, join(o.modelsDir, `${shape}-${o.type}`)], `splitting ${whole}`);
+    rmSync(whole);
+  }
+  return first;
+}
+
+function partUrls(baseUrl, first, parts) {
+  if (parts === 1) return [`${baseUrl}/${basename(first)}`];
+  return Array.from({ length: parts }, (_, i) =>
+    `${baseUrl}/${basename(first).replace(/-00001-of-/, `-${String(i + 1).padStart(5, '0')}-of-`)}`);
+}
+
+function modelBytes(o, first, parts) {
+  return partUrls('', first, parts).reduce((sum, url) => sum + statSync(join(o.modelsDir, basename(url))).size, 0);
+}
+
+// One browser with a fresh profile on disk (OPFS on disk, as in a user's
+// browser; a context without a profile keeps OPFS in memory, within a small
+// quota); `body(page, browserVersion)` runs in its page.
+async function withBrowser(o, pageUrl, body) {
+  const profile = mkdtempSync(join(tmpdir(), 'sipllm-bench-profile-'));
+  const context = await chromium.launchPersistentContext(profile, { executablePath: o.chromium, args: CHROMIUM_ARGS });
+  try {
+    const page = context.pages()[0] ?? await context.newPage();
+    page.on('pageerror', (error) => console.log(`  [page error] ${error.message}`));
+    await page.goto(pageUrl);
+    await page.waitForFunction(() => globalThis.benchReady === true, null, { timeout: 60_000 });
+    const browserVersion = await page.evaluate(() => navigator.userAgent.match(/Chrome\/([\d.]+)/)?.[1] ?? '');
+    return await body(page, browserVersion);
+  } finally {
+    await context.close();
+    rmSync(profile, { recursive: true, force: true });
+  }
+}
+
+function evaluate(o, page, fn, config, what) {
+  return withTimeout(page.evaluate(([name, cfg]) => globalThis[name](cfg), [fn, config]), o.timeoutS, what);
+}
+
+function loadFigures(load, genTokens, networkBytes) {
+  const steps = load.run.generatedTokens - 1;
+  const decodeMs = load.run.lastMs - load.run.firstMs;
+  return {
+    ttftS: load.ttftMs / 1000,
+    decodeTokS: steps > 0 && decodeMs > 0 ? steps / (decodeMs / 1000) : null,
+    bytesPerToken: steps > 0 ? load.decodeBytesRead / steps : null,
+    networkBytes,
+    fromCacheBytes: load.source?.bytesFromCache ?? null,
+    fetchedBytes: load.source?.bytesFetched ?? null,
+    generatedTokens: load.run.generatedTokens,
+    complete: load.run.generatedTokens === genTokens,
+    peakWeightBytes: load.loader.peakWeightBytes,
+    workingBytes: load.loader.workingBytes,
+    residentUnits: load.loader.residentUnits,
+    streamedUnits: load.loader.streamedUnits,
+    heapBytes: load.heapBytes,
+    build: load.build,
+  };
+}
+
+async function benchModel(o, servers, model, budget) {
+  const bytes = modelBytes(o, model.first, model.parts);
+  const memoryBudget = budget === null ? null : budget === 'quarter' ? Math.round(bytes / 4) : budget * GB;
+  const url = partUrls(servers.model.url, model.first, model.parts)[0];
+  const config = {
+    url, threads: o.threads, prompt: model.prompt, maxTokens: o.genTokens, ban: model.ban, contextLength: o.context,
+    memoryBudget, seed: 1, loads: 1,
+  };
+  return withBrowser(o, servers.pageUrl, async (page, browserVersion) => {
+    // The page alone, before any model: the browser's own share of the tab.
+    const pageBytes = rendererPeakBytes('VmRSS');
+    const opfs = await evaluate(o, page, 'benchOpfsRead', { bytes: o.opfsMb * 1024 * 1024, pieceBytes: 8 << 20, passes: 3 },
+                                'the OPFS probe');
+    if (opfs.error) throw new Error(`the OPFS probe: ${opfs.error}`);
+    const loads = [];
+    for (let i = 0; i < 2; ++i) {
+      servers.model.reset();
+      const result = await evaluate(o, page, 'benchBudgeted', config, `load ${i + 1} of ${model.shape}`);
+      if (result.error) throw new Error(`load ${i + 1}: ${result.error}`);
+      const networkBytes = servers.model.stats.log.reduce((sum, e) => sum + e.bytes, 0);
+      loads.push({ ...loadFigures(result.loads[0], o.genTokens, networkBytes), peakTabBytes: rendererPeakBytes(),
+                   raw: result.loads[0] });
+    }
+    return { shape: model.shape, parts: model.parts, bytes, memoryBudget, opfs, loads, pageBytes, browserVersion };
+  });
+}
+
+async function benchWllama(o, servers, model) {
+  servers.model.reset();
+  // (wllama keeps what it downloads in OPFS, even with useCache: false.)
+  return withBrowser(o, servers.pageUrl, async (page) => {
+    const result = await evaluate(o, page, 'benchWllamaSplit', {
+      url: partUrls(servers.model.url, model.first, model.parts)[0], threads: o.threads, prompt: model.prompt, maxTokens: o.genTokens, ban: model.ban, contextLength: o.context, seed: 1,
+    }, `wllama on ${model.shape}`).catch((error) => ({ error: error.message.split('\n')[0] }));
+    return { ...result, networkBytes: servers.model.stats.bytes, peakTabBytes: rendererPeakBytes() };
+  });
+}
+
+const fmt = (v, digits = 0) => (v === null || v === undefined || !Number.isFinite(v) ? '–' : v.toFixed(digits));
+
+function report(o, results, wllama) {
+  const lines = [];
+  const budgetText = (r) => (r.memoryBudget === null ? 'none' : `${fmt(r.memoryBudget / GB, 2)} GB`);
+  lines.push(`| model | budget | load | TTFT s | decode tok/s | streamed MB/token | OPFS GB/s | of OPFS | network MB | from cache MB | WebAssembly heap MB | page alone MB | tab peak MB | over budget MB |`);
+  lines.push('|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
+  const failures = [];
+  for (const r of results) {
+    if (r.error) {
+      lines.push(`| ${r.shape} | ${budgetText(r)} | error: ${r.error} |||||||||||`);
+      failures.push(`${r.shape} at ${budgetText(r)}: ${r.error}`);
+      continue;
+    }
+    r.loads.forEach((l, i) => {
+      const allowed = l.bytesPerToken > 0 ? r.opfs.readGBps * 1e9 / l.bytesPerToken : null;
+      l.ofOpfs = allowed === null || l.decodeTokS === null ? null : l.decodeTokS / allowed;
+      lines.push(`| ${r.shape} ${o.type}${r.parts > 1 ? ` (${r.parts} parts)` : ''} | ${budgetText(r)} | ${i === 0 ? `network ${o.mbps} MB/s` : 'OPFS'} | ` +
+                 `${fmt(l.ttftS, 1)} | ${fmt(l.decodeTokS, 2)} | ${fmt(l.bytesPerToken / MB)} | ${fmt(r.opfs.readGBps, 2)} | ` +
+                 `${l.ofOpfs === null ? '–' : `${fmt(100 * l.ofOpfs)} %`} | ${fmt(l.networkBytes / MB)} | ${fmt(l.fromCacheBytes / MB)} | ` +
+                 `${fmt(l.heapBytes / MB)} | ${fmt(r.pageBytes / MB)} | ${fmt(l.peakTabBytes / MB)} | ` +
+                 `${r.memoryBudget === null ? '–' : fmt((l.peakTabBytes - r.memoryBudget) / MB)} |`);
+      const where = `${r.shape} at ${budgetText(r)}, load ${i + 1}`;
+      if (!l.complete) failures.push(`${where}: generated ${l.generatedTokens} of ${o.genTokens} tokens`);
+      if (r.memoryBudget !== null && l.peakWeightBytes > r.memoryBudget) {
+        failures.push(`${where}: the loader held ${fmt(l.peakWeightBytes / MB)} MB of weights, over the budget`);
+      }
+      if (r.memoryBudget !== null && l.peakTabBytes > r.memoryBudget + o.overheadMb * MB) {
+        failures.push(`${where}: the tab peaked at ${fmt(l.peakTabBytes / MB)} MB, over the budget + ${o.overheadMb} MB`);
+      }
+      if (i > 0 && l.networkBytes !== 0) failures.push(`${where}: ${l.networkBytes} bytes came over the network, not from OPFS`);
+    });
+  }
+  if (wllama) {
+    lines.push('');
+    lines.push(`wllama ${wllama.version ?? ''} on the same ${wllama.shape} split set (${wllama.parts} parts), ${o.threads} threads: ` +
+               (wllama.error
+                 ? `failed after ${fmt((wllama.failedAfterMs ?? 0) / 1000, 1)} s: ${wllama.error}`
+                 : `TTFT ${fmt(wllama.ttftMs / 1000, 1)} s, ${wllama.run?.generatedTokens} tokens`) +
+               `; ${fmt(wllama.networkBytes / MB)} MB downloaded; tab peak ${fmt(wllama.peakTabBytes / MB)} MB`);
+  }
+  return { text: lines.join('\n'), failures };
+}
+
+async function main() {
+  let o;
+  try {
+    o = parseOptions(process.argv.slice(2));
+  } catch (error) {
+    console.error(`bench:large: ${error.message}`);
+    process.exit(2);
+  }
+  for (const [path, what] of [[o.cli, 'the native CLI (scripts/build-native.sh)'],
+    [join(repoRoot, 'web/wasm/sipllm-threaded.wasm'), 'the WebAssembly build (scripts/build-wasm.sh)'],
+    [join(repoRoot, 'web/dist/index.js'), 'the package (npm run build:web)'], [o.chromium, 'Chromium']]) {
+    if (!existsSync(path)) throw new Error(`${what} is missing: ${path}`);
+  }
+  mkdirSync(o.modelsDir, { recursive: true });
+  const models = [];
+  for (const shape of o.models) {
+    const first = ensureModel(o, shape);
+    const vocab = await readVocab(first);
+    models.push({ shape, first, parts: MODELS[shape].parts, prompt: fitPrompt(o.cli, first, o.promptTokens), ban: vocab.banned });
+  }
+
+  const pageServer = await startRangeServer({
+    mounts: [
+      { prefix: '/bench', dir: join(repoRoot, 'scripts/bench/page') },
+      { prefix: '/web', dir: join(repoRoot, 'web') },
+      { prefix: '/node_modules', dir: join(repoRoot, 'node_modules') },
+    ],
+  });
+  const modelServer = await startRangeServer({ root: o.modelsDir, mbps: o.mbps });
+  const servers = { pageUrl: `${pageServer.url}/bench/index.html`, model: modelServer };
+  const results = [];
+  let wllama = null;
+  try {
+    for (const model of models) {
+      for (const budget of o.engines.includes('sipllm') ? MODELS[model.shape].budgets : []) {
+        process.stdout.write(`${model.shape}, budget ${budget ?? 'none'}: `);
+        let result;
+        try {
+          result = await benchModel(o, servers, model, budget);
+        } catch (error) {
+          result = { shape: model.shape, memoryBudget: null, error: error.message.split('\n')[0] };
+        }
+        console.log(result.error ?? result.loads.map((l) => `TTFT ${fmt(l.ttftS, 1)} s, decode ${fmt(l.decodeTokS, 2)} tok/s`).join('; '));
+        results.push(result);
+      }
+      if (o.engines.includes('wllama') && model.parts > 1 && wllama === null) {
+        process.stdout.write(`wllama on ${model.shape}: `);
+        wllama = { shape: model.shape, parts: model.parts, ...await benchWllama(o, servers, model) };
+        console.log(wllama.error ?? 'done');
+      }
+    }
+  } finally {
+    await pageServer.close();
+    await modelServer.close();
+  }
+
+  const { text, failures } = report(o, results, wllama);
+  console.log(`\n${text}\n`);
+  console.log(`Chromium ${results.find((r) => r.browserVersion)?.browserVersion ?? ''}, SipLLM ${results[0]?.loads?.[0]?.build ?? ''} build, ` +
+              `${o.threads} threads, ${o.promptTokens}-token prompt, ${o.genTokens} tokens greedy, context ${o.context}, ` +
+              `models served at ${o.mbps} MB/s, cache: true (OPFS), a fresh browser profile on disk per row.`);
+  const jsonPath = o.json ?? join(repoRoot, 'build/bench', `large-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
+  mkdirSync(dirname(jsonPath), { recursive: true });
+  writeFileSync(jsonPath, JSON.stringify({ options: o, results, wllama, table: text, failures }, null, 1));
+  console.log(`figures: ${relative(process.cwd(), jsonPath)}`);
+  if (failures.length > 0) {
+    console.error(`bench:large: ${failures.length} check(s) failed:\n  ${failures.join('\n  ')}`);
+    process.exit(1);
+  }
+}
+
+main().catch((error) => {
+  console.error(`bench:large: ${error.message}`);
+  process.exit(1);
+});
