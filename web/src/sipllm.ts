@@ -39,6 +39,11 @@ const DEFAULT_PARALLEL_REQUESTS = 4;
 // with optimised code; the threaded build spends it while the first blocks
 // download (see LoadOptions.warmUpMs).
 const DEFAULT_WARM_UP_MS = 500;
+// How long unload() lets the worker free the model in order before it stops
+// the worker regardless (which frees everything too): an orderly close that
+// does not end (a known, rare deadlock in the threaded build's close after a
+// cached split model) must not hang the caller.
+const UNLOAD_GRACE_MS = 10_000;
 
 type Source = { url: string } | { bytes: Uint8Array; name: string };
 
@@ -419,7 +424,16 @@ export class SipLLM implements CompletionEngine {
     this.unloaded = true;
     const release = await this.acquire(true);
     try {
-      if (this.handle.alive) await this.handle.request({ type: 'unload' }).catch(() => undefined);
+      if (this.handle.alive) {
+        let timer: ReturnType<typeof setTimeout> | undefined;
+        await Promise.race([
+          this.handle.request({ type: 'unload' }).catch(() => undefined),
+          new Promise((resolve) => {
+            timer = setTimeout(resolve, UNLOAD_GRACE_MS);
+          }),
+        ]);
+        clearTimeout(timer);
+      }
       await this.handle.terminate();
     } finally {
       release();
