@@ -32,6 +32,7 @@
 // .. last piece on the page); bytes/token = the loader's bytes read during
 // decode / decode steps; "of OPFS" = decode tok/s against what the measured
 // OPFS bandwidth allows for those bytes (OPFS GB/s / bytes per token).
+import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, relative, resolve } from 'node:path';
@@ -151,7 +152,9 @@ async function withBrowser(o, pageUrl, body) {
     page.on('pageerror', (error) => console.log(`  [page error] ${error.message}`));
     await page.goto(pageUrl);
     await page.waitForFunction(() => globalThis.benchReady === true, null, { timeout: 60_000 });
-    const browserVersion = await page.evaluate(() => navigator.userAgent.match(/Chrome\/([\d.]+)/)?.[1] ?? '');
+    // (The user agent string gives only the major version.)
+    const browserVersion = execFileSync(o.chromium, ['--version'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] })
+      .split(' built on')[0].trim();
     return await body(page, browserVersion);
   } finally {
     await context.close();
@@ -324,7 +327,7 @@ async function main() {
 
   const { text, failures } = report(o, results, wllama);
   console.log(`\n${text}\n`);
-  console.log(`Chromium ${results.find((r) => r.browserVersion)?.browserVersion ?? ''}, SipLLM ${results[0]?.loads?.[0]?.build ?? ''} build, ` +
+  console.log(`${results.find((r) => r.browserVersion)?.browserVersion ?? 'Chromium'}, SipLLM ${results[0]?.loads?.[0]?.build ?? ''} build, ` +
               `${o.threads} threads, ${o.promptTokens}-token prompt, ${o.genTokens} tokens greedy, context ${o.context}, ` +
               `models served at ${o.mbps} MB/s, cache: true (OPFS), a fresh browser profile on disk per row.`);
   const jsonPath = o.json ?? join(repoRoot, 'build/bench', `large-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
