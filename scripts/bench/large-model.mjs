@@ -41,7 +41,7 @@ import { chromium } from 'playwright-core';
 
 import { startRangeServer } from '../range-server.mjs';
 import { readVocab } from './gguf-vocab.mjs';
-import { CHROMIUM_ARGS, fitPrompt, rendererPeakBytes, repoRoot, run, withTimeout } from './support.mjs';
+import { CHROMIUM_ARGS, fitPrompt, fmt, rendererMemoryBytes, repoRoot, run, withTimeout } from './support.mjs';
 
 const MODELS = {
   // Budgets in GB (1e9 bytes); null: no budget.
@@ -193,11 +193,11 @@ async function benchModel(o, servers, model, budget) {
   const url = partUrls(servers.model.url, model.first, model.parts)[0];
   const config = {
     url, threads: o.threads, prompt: model.prompt, maxTokens: o.genTokens, ban: model.ban, contextLength: o.context,
-    memoryBudget, seed: 1, loads: 1,
+    memoryBudget, seed: 1,
   };
   return withBrowser(o, servers.pageUrl, async (page, browserVersion) => {
     // The page alone, before any model: the browser's own share of the tab.
-    const pageBytes = rendererPeakBytes('VmRSS');
+    const pageBytes = rendererMemoryBytes('VmRSS');
     const opfs = await evaluate(o, page, 'benchOpfsRead', { bytes: o.opfsMb * 1024 * 1024, pieceBytes: 8 << 20, passes: 3 },
                                 'the OPFS probe');
     if (opfs.error) throw new Error(`the OPFS probe: ${opfs.error}`);
@@ -207,8 +207,7 @@ async function benchModel(o, servers, model, budget) {
       const result = await evaluate(o, page, 'benchBudgeted', config, `load ${i + 1} of ${model.shape}`);
       if (result.error) throw new Error(`load ${i + 1}: ${result.error}`);
       const networkBytes = servers.model.stats.log.reduce((sum, e) => sum + e.bytes, 0);
-      loads.push({ ...loadFigures(result.loads[0], o.genTokens, networkBytes), peakTabBytes: rendererPeakBytes(),
-                   raw: result.loads[0] });
+      loads.push({ ...loadFigures(result, o.genTokens, networkBytes), peakTabBytes: rendererMemoryBytes(), raw: result });
     }
     return { shape: model.shape, parts: model.parts, bytes, memoryBudget, opfs, loads, pageBytes, browserVersion };
   });
@@ -221,11 +220,9 @@ async function benchWllama(o, servers, model) {
     const result = await evaluate(o, page, 'benchWllamaSplit', {
       url: partUrls(servers.model.url, model.first, model.parts)[0], threads: o.threads, prompt: model.prompt, maxTokens: o.genTokens, ban: model.ban, contextLength: o.context, seed: 1,
     }, `wllama on ${model.shape}`).catch((error) => ({ error: error.message.split('\n')[0] }));
-    return { ...result, networkBytes: servers.model.stats.bytes, peakTabBytes: rendererPeakBytes() };
+    return { ...result, networkBytes: servers.model.stats.bytes, peakTabBytes: rendererMemoryBytes() };
   });
 }
-
-const fmt = (v, digits = 0) => (v === null || v === undefined || !Number.isFinite(v) ? '–' : v.toFixed(digits));
 
 function report(o, results, wllama) {
   const lines = [];

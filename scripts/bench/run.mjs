@@ -64,7 +64,7 @@ import { chromium } from 'playwright-core';
 import { startRangeServer } from '../range-server.mjs';
 import { readVocab } from './gguf-vocab.mjs';
 import {
-  CHROMIUM_ARGS, browserProcesses, cpuSample, fitPrompt, rendererPeakBytes, repoRoot, run, withTimeout,
+  CHROMIUM_ARGS, browserProcesses, cpuSample, fitPrompt, fmt, rendererMemoryBytes, repoRoot, run, withTimeout,
 } from './support.mjs';
 
 const SHAPES = ['smollm-135m', 'qwen2.5-0.5b', 'qwen3-0.6b', 'gemma3-1b', 'llama-3.2-1b'];
@@ -337,7 +337,7 @@ async function runInBrowser(o, pageUrl, modelServer, engine, config, log) {
     cpu.push(cpuSample(processes));
     result.cpu = cpu;
     result.requests = modelServer.stats.log.filter((e) => e.url.endsWith(basename(config.url)));
-    result.rendererPeakBytes = rendererPeakBytes();
+    result.rendererMemoryBytes = rendererMemoryBytes();
     result.browserVersion = browser.version();
     return result;
   } finally {
@@ -373,7 +373,7 @@ function summarize(result) {
     // prefill does not (SipLLM's cold prefill waits for the weights to
     // arrive, wllama's ran after its download).
     decodeTokS: Math.max(best('decodeTokS') ?? 0, cold?.decodeTokS ?? 0) || null,
-    peakBytes: result.rendererPeakBytes,
+    peakBytes: result.rendererMemoryBytes,
     threads: result.threads ?? null,
     promptTokens: result.cold?.promptTokens ?? null,
     generatedTokens: result.cold?.generatedTokens ?? null,
@@ -385,7 +385,6 @@ function summarize(result) {
 }
 
 const MiB = 1024 * 1024;
-const fmt = (v, digits = 0) => (v === null || v === undefined || !Number.isFinite(v) ? '–' : v.toFixed(digits));
 const ratio = (a, b) => (a === null || b === null || a === undefined || b === undefined || !(b > 0) ? null : a / b);
 const pair = (s, w, digits = 0) => `${fmt(s, digits)} / ${fmt(w, digits)}`;
 const tokS = (v) => fmt(v, v !== null && v !== undefined && v < 100 ? 1 : 0);

@@ -114,7 +114,7 @@ export function ourProcesses(table) {
 // Peak resident set (VmHWM; `field` VmRSS: the current one) of the renderer
 // processes of the browser this process started (the page, its workers and
 // their WebAssembly memory live in one): the largest.
-export function rendererPeakBytes(field = 'VmHWM') {
+export function rendererMemoryBytes(field = 'VmHWM') {
   const table = processTable();
   let peak = null;
   for (const pid of ourProcesses(table)) {
@@ -167,3 +167,6 @@ export function withTimeout(promise, seconds, what) {
   });
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
+
+// A figure for a table: '–' when there is none.
+export const fmt = (v, digits = 0) => (v === null || v === undefined || !Number.isFinite(v) ? '–' : v.toFixed(digits));

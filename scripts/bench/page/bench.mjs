@@ -223,35 +223,32 @@ async function benchDownload({ url, pieceBytes, inFlight }) {
 
 // ---- A model larger than the tab ------------------------------------------------------
 
-// `loads` times in one page: load `url` (a split set's first part names the
-// set) within `memoryBudget` with the persistent cache on, run the prompt
-// once, unload. The first load streams from the network and keeps what it
-// fetched; the next ones find everything in the cache.
-async function benchBudgeted({ url, threads, prompt, maxTokens, ban, contextLength, memoryBudget, seed, loads, sipllmBuild }) {
+// One load of `url` (a split set's first part names the set) within
+// `memoryBudget`, with the persistent cache on: the prompt runs once, then
+// the model is unloaded. The first load in a page streams from the network
+// and keeps what it fetched; the next ones find everything in the cache.
+async function benchBudgeted({ url, threads, prompt, maxTokens, ban, contextLength, memoryBudget, seed, sipllmBuild }) {
   return withErrors(async (result) => {
     const { SipLLM } = await import('sipllm');
     const logitBias = new Map(ban.map((token) => [token, -Infinity]));
-    result.loads = [];
-    for (let i = 0; i < loads; ++i) {
-      log(`SipLLM: load ${i + 1} of ${url}, budget ${memoryBudget ?? 'none'}`);
-      const t0 = performance.now();
-      const llm = await SipLLM.load(url, {
-        threads, cache: true, memoryBudget: memoryBudget ?? undefined, contextLength, build: sipllmBuild ?? 'auto',
-        wasmBaseUrl: new URL(SIPLLM_WASM_BASE, location.href).href,
-      });
-      const loadMs = performance.now() - t0;
-      const run = await sipllmGenerate(llm, prompt, { maxTokens, temperature: 0, seed, logitBias });
-      const stats = llm.stats();
-      const g = stats.lastGeneration;
-      result.loads.push({
-        loadMs, ttftMs: run.firstMs - t0, run, build: stats.build, threads: stats.threads,
-        memoryBudget: stats.memoryBudget, heapBytes: stats.heapBytes, kvCacheBytes: stats.kvCacheBytes,
-        source: stats.source, cache: stats.cache,
-        prefillBytesRead: g.prefillBytesRead, decodeBytesRead: g.decodeBytesRead,
-        loader: { ...stats.loader, timeline: undefined, units: stats.loader.units.map(({ name, bytes, resident, ioMs, loads: n }) => ({ name, bytes, resident, ioMs, loads: n })) },
-      });
-      await llm.unload();
-    }
+    log(`SipLLM: loading ${url}, budget ${memoryBudget ?? 'none'}`);
+    const t0 = performance.now();
+    const llm = await SipLLM.load(url, {
+      threads, cache: true, memoryBudget: memoryBudget ?? undefined, contextLength, build: sipllmBuild ?? 'auto',
+      wasmBaseUrl: new URL(SIPLLM_WASM_BASE, location.href).href,
+    });
+    const loadMs = performance.now() - t0;
+    const run = await sipllmGenerate(llm, prompt, { maxTokens, temperature: 0, seed, logitBias });
+    const stats = llm.stats();
+    const g = stats.lastGeneration;
+    Object.assign(result, {
+      loadMs, ttftMs: run.firstMs - t0, run, build: stats.build, threads: stats.threads,
+      memoryBudget: stats.memoryBudget, heapBytes: stats.heapBytes, kvCacheBytes: stats.kvCacheBytes,
+      source: stats.source, cache: stats.cache,
+      prefillBytesRead: g.prefillBytesRead, decodeBytesRead: g.decodeBytesRead,
+      loader: { ...stats.loader, timeline: undefined, units: stats.loader.units.map(({ name, bytes, resident, ioMs, loads }) => ({ name, bytes, resident, ioMs, loads })) },
+    });
+    await llm.unload();
   });
 }
 
