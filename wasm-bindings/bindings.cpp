@@ -11,7 +11,8 @@
 //   s.liveUnits() -> [{name, bytes, loads, resident, used}], at any time
 //   s.takeTokens() -> [{token, text}],  s.takeResult() -> {ok, stats?, embeddings?} | {ok: false, error}
 //   s.endWarmUp() stops a warm-up job (the loader goes on),
-//   s.cancel() -> tokens generated so far, s.info(), s.tokenize(), s.detokenize(), s.reset(), s.stats(), s.close()
+//   s.cancel() -> tokens generated so far, s.info(), s.tokenize(), s.detokenize(), s.reset(), s.stats()
+//   s.close() -> the 'closed' event once the model is freed; then s.delete()
 //   Module.listCachedModels(storeId), Module.deleteCachedModel(storeId, url)
 //   Module.jsonSchemaToGrammar(schemaText), Module.jsonObjectGrammar() -> GBNF text
 //

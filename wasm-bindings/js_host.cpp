@@ -277,6 +277,10 @@ void post_job_done(int session_id) {
   MAIN_THREAD_ASYNC_EM_ASM({ Module.sipllmHost.event($0, "done"); }, session_id);
 }
 
+void post_closed(int session_id) {
+  MAIN_THREAD_ASYNC_EM_ASM({ Module.sipllmHost.event($0, "closed"); }, session_id);
+}
+
 void post_progress(int session_id, uint64_t loaded, uint64_t fetched, uint64_t from_cache,
                    uint64_t total, bool header) {
   MAIN_THREAD_ASYNC_EM_ASM({

@@ -49,6 +49,7 @@ std::unique_ptr<WeightSource> make_js_bytes_source(int bytes_id, uint64_t size, 
 // when sent from it.
 void post_tokens_ready(int session_id);
 void post_job_done(int session_id);
+void post_closed(int session_id);
 void post_progress(int session_id, uint64_t loaded, uint64_t fetched, uint64_t from_cache,
                    uint64_t total, bool header);
 

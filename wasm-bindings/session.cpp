@@ -232,7 +232,12 @@ bool JobThread::running() const { return false; }
 
 Session::Session(int id) : id_(id), progress_(id) {}
 
-Session::~Session() { close(); }
+Session::~Session() {
+  cancel();
+  if (transport_ != nullptr) transport_->abort();
+  jobs_.stop();
+  engine_.reset();
+}
 
 void Session::start_job(std::function<void(JobResult&)> work) {
   bool idle = false;
@@ -434,34 +439,19 @@ std::optional<HttpSourceStats> Session::source_stats() const {
 
 void Session::close() {
   cancel();
-  // Freeing the model joins the loader's and the source's threads, which may
-  // be waiting on this thread when it is the main runtime thread: for a
-  // fetch() it makes (which needs its event loop, so they are abandoned
-  // first), or for a cache store call (which it answers while it waits).
-  // Blocked in a plain join instead, it would wait for them forever.
   if (transport_ != nullptr) transport_->abort();
-  std::unique_ptr<Engine> engine;
+  std::shared_ptr<Engine> engine;
   {
     std::lock_guard<std::mutex> lock(engine_mutex_);
     http_sources_.clear();
     engine = std::move(engine_);
   }
-#if SIPLLM_WASM_THREADS
-  if (engine != nullptr && emscripten_is_main_runtime_thread() && jobs_.running()) {
-    // Freed on the job thread, after the running job (which the abort and
-    // the cancel end soon); this thread answers proxied calls meanwhile
-    // (emscripten_futex_wait does, before it sleeps).
-    std::atomic<int32_t> freed{0};
-    jobs_.post([&engine, &freed] {
-      engine.reset();
-      freed = 1;
-      emscripten_futex_wake(&freed, INT_MAX);
-    });
-    while (freed == 0) emscripten_futex_wait(&freed, 0, 10);
-  }
-#endif
-  jobs_.stop();
-  engine.reset();
+  // After the running job, which the cancel and the abort end soon. Inline
+  // in the single-thread build.
+  jobs_.post([engine = std::move(engine), id = id_]() mutable {
+    engine.reset();
+    post_closed(id);
+  });
 }
 
 }  // namespace sipllm::wasm

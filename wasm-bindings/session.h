@@ -106,6 +106,8 @@ class Session {
  public:
   // `id` names the session in the events sent to JavaScript.
   explicit Session(int id);
+  // Meant for a closed session (close(), then its "closed" event); frees a
+  // model still open on this thread.
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -142,8 +144,12 @@ class Session {
   std::optional<HttpSourceStats> source_stats() const;
   std::optional<GenerationStats> last_generation() const { return last_generation_; }
 
-  // Cancels, waits for the running job, frees the model. Safe on the main
-  // runtime thread: it answers the other threads' calls while it waits.
+  // Cancels the running job, abandons its requests and frees the model
+  // after it, on the job thread; posts the "closed" event (post_closed) when
+  // done. Returns at once: the main runtime thread must not wait for the
+  // model's threads, since a thread another thread starts is started by the
+  // main runtime thread's event loop (Emscripten's pthread_create), and
+  // freeing the model joins such threads.
   void close();
 
  private:

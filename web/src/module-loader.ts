@@ -30,7 +30,7 @@ export interface EngineSession {
   detokenize(tokens: number[]): Answer<string>;
   reset(): Answer<undefined>;
   stats(): Answer<SessionStats>;
-  close(): void;
+  close(): void;  // then wait for the 'closed' event before delete()
   delete(): void;
 }
 
@@ -70,10 +70,13 @@ export interface LiveUnit {
   used: boolean;      // the running (or last) request has computed with it
 }
 
+// What the engine tells a session's JavaScript side (js_host.cpp post_*).
+export type EngineEvent = 'tokens' | 'done' | 'progress' | 'closed';
+
 export interface Registry {
   stores: Map<number, unknown>;
   bytes: Map<number, Uint8Array>;
-  onEvent(sessionId: number, kind: 'tokens' | 'done' | 'progress', data?: unknown): void;
+  onEvent(sessionId: number, kind: EngineEvent, data?: unknown): void;
 }
 
 export interface EngineModule {

@@ -40,9 +40,9 @@ const DEFAULT_PARALLEL_REQUESTS = 4;
 // download (see LoadOptions.warmUpMs).
 const DEFAULT_WARM_UP_MS = 500;
 // How long unload() lets the worker free the model in order before it stops
-// the worker regardless (which frees everything too): an orderly close that
-// does not end (a known, rare deadlock in the threaded build's close after a
-// cached split model) must not hang the caller.
+// the worker regardless (which frees everything too, but leaves a cache as
+// the last write left it): a fault in the orderly close must not hang the
+// caller. It is reported with a warning.
 const UNLOAD_GRACE_MS = 10_000;
 
 type Source = { url: string } | { bytes: Uint8Array; name: string };
@@ -426,13 +426,17 @@ export class SipLLM implements CompletionEngine {
     try {
       if (this.handle.alive) {
         let timer: ReturnType<typeof setTimeout> | undefined;
-        await Promise.race([
-          this.handle.request({ type: 'unload' }).catch(() => undefined),
-          new Promise((resolve) => {
-            timer = setTimeout(resolve, UNLOAD_GRACE_MS);
+        const orderly = await Promise.race([
+          this.handle.request({ type: 'unload' }).then(() => true, () => true),
+          new Promise<boolean>((resolve) => {
+            timer = setTimeout(() => resolve(false), UNLOAD_GRACE_MS);
           }),
         ]);
         clearTimeout(timer);
+        if (!orderly) {
+          console.warn(`SipLLM: unload(): the engine did not free the model within ${UNLOAD_GRACE_MS / 1000} s; ` +
+                       'its worker was stopped instead');
+        }
       }
       await this.handle.terminate();
     } finally {

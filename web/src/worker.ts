@@ -5,7 +5,7 @@
 
 import { isNode, nodeImport } from './env.js';
 import { loadEngineModule } from './module-loader.js';
-import type { Answer, ByteProgress, EngineModule, EngineSession, JobOutcome, LiveUnit, Registry } from './module-loader.js';
+import type { Answer, ByteProgress, EngineEvent, EngineModule, EngineSession, JobOutcome, LiveUnit, Registry } from './module-loader.js';
 import type { CacheLocation, EmbedRequest, EmbedResult, GenerateRequest, LoadRequest, Reply, Request } from './protocol.js';
 import { splitPartUrls } from './split-names.js';
 import { DirectoryStore, OpfsStore } from './stores.js';
@@ -87,6 +87,8 @@ class EngineWorker {
   private cacheError = '';
 
   private job: { id: number; resolve: (outcome: JobOutcome) => void } | null = null;
+  // Sessions being closed, by id: resolved by their 'closed' event.
+  private readonly closing = new Map<number, () => void>();
   private warming: Promise<void> | null = null;  // the warm-up job after a load
   private warmUpAbandoned = false;
   private tokensAtCancel: number | undefined;
@@ -165,7 +167,7 @@ class EngineWorker {
       case 'stats':
         return this.snapshot();
       case 'unload':
-        this.unload();
+        await this.unload();
         return null;
       case 'listCache':
         return this.withQueryStore(request.cache, (module) => unwrap(module.listCachedModels(QUERY_STORE_ID)));
@@ -258,12 +260,12 @@ class EngineWorker {
       const bytes = request.bytes as Uint8Array;
       this.registry.bytes.set(MODEL_BYTES_ID, bytes);
       return session.openBytes(MODEL_BYTES_ID, bytes.length, request.name, options);
-    }).catch((error) => {
-      this.unload();
+    }).catch(async (error) => {
+      await this.unload();
       throw error;
     });
     if (!outcome.ok) {
-      this.unload();
+      await this.unload();
       throw fail(outcome.error);
     }
     this.loadTimes = { calledAt: request.calledAt, workerStartedAt, moduleReadyAt: this.moduleReadyAt, headerReadAt: epochMs() };
@@ -322,11 +324,16 @@ class EngineWorker {
     if (this.tokensAtCancel === undefined) this.tokensAtCancel = generated;
   }
 
-  private unload(): void {
-    if (this.session !== null) {
-      this.session.close();
-      this.session.delete();
+  // The engine frees the model on its job thread while this thread's event
+  // loop runs (see Session::close).
+  private async unload(): Promise<void> {
+    const session = this.session;
+    if (session !== null) {
       this.session = null;
+      const closed = new Promise<void>((resolve) => this.closing.set(this.sessionId, resolve));
+      session.close();
+      await closed;
+      session.delete();
     }
     this.registry.stores.delete(MODEL_STORE_ID);
     this.registry.bytes.delete(MODEL_BYTES_ID);
@@ -355,7 +362,12 @@ class EngineWorker {
 
   // ---- Events from the engine --------------------------------------------------
 
-  private onEvent(sessionId: number, kind: 'tokens' | 'done' | 'progress', data?: unknown): void {
+  private onEvent(sessionId: number, kind: EngineEvent, data?: unknown): void {
+    if (kind === 'closed') {
+      this.closing.get(sessionId)?.();
+      this.closing.delete(sessionId);
+      return;
+    }
     const session = this.session;
     if (session === null || sessionId !== this.sessionId) return;
     if (kind === 'progress') {

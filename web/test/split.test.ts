@@ -6,7 +6,7 @@
 import { execFileSync } from 'node:child_process';
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 
 import { NetworkError, SipLLM } from '../dist/index.js';
 import type { ServerLogEntry } from './support.js';
@@ -82,6 +82,28 @@ describe('a split model', () => {
       expect(await SipLLM.cachedModels({ cache })).toEqual([]);
     } finally {
       removeDir(cache);
+    }
+  });
+
+  // The parts' request threads are more than the worker pool holds: the
+  // engine starts the rest from its own threads, which the worker's event
+  // loop carries out, so the engine must free the model without blocking it.
+  it('unloads in order right after the load, before every thread has started', async () => {
+    const warn = vi.spyOn(console, 'warn');
+    try {
+      for (let run = 0; run < 6; run++) {
+        const cache = tempDir('cache');
+        try {
+          const llm = await SipLLM.load(`${server.url}/stories-00001-of-00003.gguf`, { threads: 2, cache });
+          await llm.unload();
+          await llm.workerExited;
+        } finally {
+          removeDir(cache);
+        }
+      }
+      expect(warn).not.toHaveBeenCalled();
+    } finally {
+      warn.mockRestore();
     }
   });
 

@@ -93,7 +93,6 @@ void Transformer::prefill(const int32_t* tokens, int n, int start_pos, KvCache& 
   }
   loader_.announce(plan);
 
-  const auto dim = static_cast<size_t>(shape_.dim);
   const auto vocab = static_cast<size_t>(shape_.n_vocab);
   logits.assign(all_positions ? static_cast<size_t>(n) * vocab : vocab, 0.0f);
 
