@@ -17,6 +17,7 @@ namespace sipllm {
 namespace {
 
 struct F32Format {
+  static constexpr size_t kBytes = 4;
   static v128_t load4(const uint8_t* row, int k) { return simd::load(row + 4 * static_cast<size_t>(k)); }
   static float at(const uint8_t* row, int k) {
     float v;
@@ -26,6 +27,7 @@ struct F32Format {
 };
 
 struct F16Format {
+  static constexpr size_t kBytes = 2;
   static v128_t load4(const uint8_t* row, int k) {
     return simd::fp16x4_to_f32x4(wasm_u32x4_extend_low_u16x8(wasm_v128_load64_zero(row + 2 * static_cast<size_t>(k))));
   }
@@ -33,6 +35,7 @@ struct F16Format {
 };
 
 struct BF16Format {
+  static constexpr size_t kBytes = 2;
   static v128_t load4(const uint8_t* row, int k) {
     return wasm_i32x4_shl(wasm_u32x4_extend_low_u16x8(wasm_v128_load64_zero(row + 2 * static_cast<size_t>(k))), 16);
   }
@@ -40,13 +43,16 @@ struct BF16Format {
 };
 
 template <class F, int kPositions>
-void dot_rows4(const uint8_t* const row[4], int cols, const float* x, int p0, v128_t* out) {
+void dot_rows4(const RowTile& tile, int cols, const float* x, int p0, v128_t* out) {
+  const uint8_t* const* row = tile.row;
+  constexpr int kColsPerLine = static_cast<int>(64 / F::kBytes);
   const int cols4 = cols & ~3;
   v128_t acc[kPositions][4];
   for (int j = 0; j < kPositions; ++j) {
     for (int i = 0; i < 4; ++i) acc[j][i] = wasm_f32x4_splat(0.0f);
   }
   for (int k = 0; k < cols4; k += 4) {
+    if (kPositions == 1 && k % kColsPerLine == 0) tile.prefetch_ahead(F::kBytes * static_cast<size_t>(k), 64);
     v128_t w[4];
     for (int i = 0; i < 4; ++i) w[i] = F::load4(row[i], k);
     for (int j = 0; j < kPositions; ++j) {
@@ -72,8 +78,8 @@ void rows_simd(const WeightMatrix& w, int row_begin, int row_end, const Activati
                size_t y_stride) {
   for_each_row_tile<2>(
       w, row_begin, row_end, x.n_positions, y, y_stride,
-      [&](const uint8_t* const row[4], int p, v128_t* acc) { dot_rows4<F, 2>(row, w.cols, x.f32, p, acc); },
-      [&](const uint8_t* const row[4], int p, v128_t* acc) { dot_rows4<F, 1>(row, w.cols, x.f32, p, acc); });
+      [&](const RowTile& tile, int p, v128_t* acc) { dot_rows4<F, 2>(tile, w.cols, x.f32, p, acc); },
+      [&](const RowTile& tile, int p, v128_t* acc) { dot_rows4<F, 1>(tile, w.cols, x.f32, p, acc); });
 }
 
 template <class F>

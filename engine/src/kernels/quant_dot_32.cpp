@@ -199,8 +199,7 @@ struct Q5_1Format {
 
 // acc[j] lane i = row i's dot product with position p0 + j.
 template <class F, int kPositions>
-void dot_rows4(const uint8_t* const row[4], int n_blocks, const QuantizedActivations& x, int p0,
-               v128_t acc[kPositions]) {
+void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0, v128_t acc[kPositions]) {
   const int16_t* xq[kPositions];
   const int8_t* x8s[kPositions];
   const float* xd[kPositions];
@@ -214,7 +213,8 @@ void dot_rows4(const uint8_t* const row[4], int n_blocks, const QuantizedActivat
   }
   for (int b = 0; b < n_blocks; ++b) {
     const uint8_t* block[4];
-    for (int i = 0; i < 4; ++i) block[i] = row[i] + static_cast<size_t>(b) * F::kBytes;
+    for (int i = 0; i < 4; ++i) block[i] = tile.row[i] + static_cast<size_t>(b) * F::kBytes;
+    if (kPositions == 1) tile.prefetch_ahead(static_cast<size_t>(b) * F::kBytes, F::kBytes);
     // The four rows' fp16 scales (and minimums), converted together.
     const v128_t dw4 = simd::fp16x4_to_f32x4(wasm_i32x4_make(F::scale_bits(block[0]), F::scale_bits(block[1]),
                                                              F::scale_bits(block[2]), F::scale_bits(block[3])));
@@ -276,8 +276,8 @@ void rows_simd(const WeightMatrix& w, int row_begin, int row_end, const Activati
   const int n_blocks = w.cols / kBlock;
   for_each_row_tile<4>(
       w, row_begin, row_end, x.n_positions, y, y_stride,
-      [&](const uint8_t* const row[4], int p, v128_t* acc) { dot_rows4<F, 4>(row, n_blocks, q, p, acc); },
-      [&](const uint8_t* const row[4], int p, v128_t* acc) { dot_rows4<F, 1>(row, n_blocks, q, p, acc); });
+      [&](const RowTile& tile, int p, v128_t* acc) { dot_rows4<F, 4>(tile, n_blocks, q, p, acc); },
+      [&](const RowTile& tile, int p, v128_t* acc) { dot_rows4<F, 1>(tile, n_blocks, q, p, acc); });
 }
 
 // ---- The scalar reference ------------------------------------------------------

@@ -281,16 +281,16 @@ inline v128_t dot_b(const Scales& s, const int32_t* xsums) {
 
 // kPositions is 1 or even.
 template <class F, int kPositions>
-void dot_rows4(const uint8_t* const row[4], int n_blocks, const QuantizedActivations& x, int p0,
-               v128_t acc[kPositions]) {
+void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0, v128_t acc[kPositions]) {
   static_assert(kPositions == 1 || kPositions % 2 == 0, "positions go in pairs");
   for (int j = 0; j < kPositions; ++j) acc[j] = wasm_f32x4_splat(0.0f);
   Scales s[4];
   alignas(16) int16_t scaled[kPositions > 1 ? 4 : 1][kQK_K];
   for (int b = 0; b < n_blocks; ++b) {
     const uint8_t* block[4];
+    if (kPositions == 1) tile.prefetch_ahead(static_cast<size_t>(b) * F::kBytes, F::kBytes);
     for (int i = 0; i < 4; ++i) {
-      block[i] = row[i] + static_cast<size_t>(b) * F::kBytes;
+      block[i] = tile.row[i] + static_cast<size_t>(b) * F::kBytes;
       F::decode_scales(block[i], &s[i]);
       if (kPositions > 1) unpack_scaled<F>(block[i], s[i], scaled[i]);
     }
@@ -333,8 +333,8 @@ void rows_simd(const WeightMatrix& w, int row_begin, int row_end, const Activati
   const int n_blocks = w.cols / kQK_K;
   for_each_row_tile<4>(
       w, row_begin, row_end, x.n_positions, y, y_stride,
-      [&](const uint8_t* const row[4], int p, v128_t* acc) { dot_rows4<F, 4>(row, n_blocks, q, p, acc); },
-      [&](const uint8_t* const row[4], int p, v128_t* acc) { dot_rows4<F, 1>(row, n_blocks, q, p, acc); });
+      [&](const RowTile& tile, int p, v128_t* acc) { dot_rows4<F, 4>(tile, n_blocks, q, p, acc); },
+      [&](const RowTile& tile, int p, v128_t* acc) { dot_rows4<F, 1>(tile, n_blocks, q, p, acc); });
 }
 
 // ---- The scalar reference ------------------------------------------------------

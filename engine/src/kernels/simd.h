@@ -79,19 +79,12 @@ inline size_t prefetch_rows_ahead(size_t row_bytes) {
   return row_bytes >= 2048 ? 4 : (8192 / row_bytes + 3) / 4 * 4;
 }
 
-// The matrix kernels' walk: before a run of rows, the first rows_ahead of
-// it; before each tile of four rows at `row`, the tile rows_ahead rows later
-// (which may belong to the next thread's run: then it waits in the shared
-// cache). Nothing at or past `end`, the end of the matrix.
+// Before a run of rows at `row`, its first rows_ahead rows (the kernels
+// prefetch the rest as they go: RowTile in row_tiles.h). Nothing at or past
+// `end`, the end of the matrix.
 inline void prefetch_run_start(const uint8_t* row, size_t row_bytes, const uint8_t* end) {
   const uint8_t* last = row + prefetch_rows_ahead(row_bytes) * row_bytes;
   prefetch_range(row, last < end ? last : end);
-}
-inline void prefetch_rows(const uint8_t* row, size_t row_bytes, const uint8_t* end) {
-  const uint8_t* ahead = row + prefetch_rows_ahead(row_bytes) * row_bytes;
-  if (ahead >= end) return;
-  const uint8_t* last = ahead + 4 * row_bytes;
-  prefetch_range(ahead, last < end ? last : end);
 }
 
 // ---- Byte dot products ------------------------------------------------------------
