@@ -17,10 +17,11 @@ namespace sipllm {
 // reads each row once, so it prefetches as it goes: its kernel calls
 // prefetch_ahead() for each block it reads, and the prefetches spread over the
 // computation. (Issued in a burst per tile, they queued on the core's few
-// outstanding-miss slots and stalled the kernel: one-thread decode ran at
-// 60-70 % of the speed it has this way.) Several positions reuse the rows
+// outstanding-miss slots and stalled the kernel: native one-thread decode ran
+// at 55-75 % of the speed it has this way.) Several positions reuse the rows
 // from cache: there the burst costs little, and the tile's kernel, called
-// once per group of positions, does not prefetch.
+// once per group of positions, does not prefetch. Nor does a kernel whose
+// prefetch has to wait (simd::kPrefetchNeverWaits): WebAssembly's.
 struct RowTile {
   const uint8_t* row[4];
   const uint8_t* ahead[4];  // nullptr: nothing to prefetch (past the matrix, or prefetched already)
@@ -56,7 +57,7 @@ void for_each_row_tile(const WeightMatrix& w, int row_begin, int row_end, int n_
       }
     }
     int p = 0;
-    if (n_positions >= kTile) {
+    if (n_positions >= kTile || !simd::kPrefetchNeverWaits) {
       for (const uint8_t* ahead : tile.ahead) {
         if (ahead != nullptr) simd::prefetch_range(ahead, ahead + w.row_bytes);
       }

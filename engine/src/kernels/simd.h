@@ -69,6 +69,16 @@ inline void prefetch(const void* p) {
 #endif
 }
 
+// Whether prefetch() is an instruction that never waits for its line. The
+// stand-in load does wait (for its turn to retire): spread through a kernel's
+// computation such loads stall it, and decode in Chromium ran 15-35 % slower
+// than with them in a burst per tile (see RowTile).
+#if defined(__EMSCRIPTEN__)
+inline constexpr bool kPrefetchNeverWaits = false;
+#else
+inline constexpr bool kPrefetchNeverWaits = true;
+#endif
+
 inline void prefetch_range(const uint8_t* begin, const uint8_t* end) {
   for (const uint8_t* p = begin; p < end; p += 64) prefetch(p);
 }
