@@ -25,6 +25,11 @@
 // it must stay within the budget plus --overhead-mb. Beside it: the page's
 // resident set before any model (the browser's own share) and the engine's
 // WebAssembly heap (which the budget bounds, with the KV cache and scratch).
+// The demo page (its production build) then loads the 8B set through its
+// form with the first budget, cache on, in a fresh profile, and completes the
+// same prompt greedily: it must generate, within the budget, the text the
+// bench page generated (up to where the demo, which bans no token, may stop
+// at an end-of-generation token).
 // wllama (llama.cpp in WebAssembly) then gets the same split set in a fresh
 // browser, for the record: what it did is printed.
 //
@@ -54,7 +59,8 @@ const MB = 1e6;
 const USAGE = `usage: npm run bench:large -- [options]
   --models LIST      ${Object.keys(MODELS).join(', ')} (default: both)
   --type T           quantization (default Q4_K_M)
-  --engines LIST     sipllm, wllama (default: both; wllama runs the 8B set once)
+  --engines LIST     sipllm, demo, wllama (default: all; the demo and wllama run the 8B set once)
+  --budgets LIST     only these of each model's budgets (GB, 'quarter', 'none')
   --mbps X           the model server's cap in MB/s (default 200)
   --threads N        compute threads (default 2)
   --prompt-tokens N  (default 128)
@@ -69,7 +75,7 @@ const USAGE = `usage: npm run bench:large -- [options]
 
 function parseOptions(argv) {
   const o = {
-    models: Object.keys(MODELS), type: 'Q4_K_M', engines: ['sipllm', 'wllama'], mbps: 200, threads: 2,
+    models: Object.keys(MODELS), type: 'Q4_K_M', engines: ['sipllm', 'demo', 'wllama'], budgets: null, mbps: 200, threads: 2,
     promptTokens: 128, genTokens: 16, context: 512, overheadMb: 700, opfsMb: 1024,
     modelsDir: join(repoRoot, 'build/bench-models'), timeoutS: 1800, json: null,
     cli: process.env.SIPLLM_CLI ?? join(repoRoot, 'build/native/engine/sipllm'),
@@ -93,6 +99,7 @@ function parseOptions(argv) {
         break;
       case '--type': o.type = value(); break;
       case '--engines': o.engines = value().split(','); break;
+      case '--budgets': o.budgets = value().split(','); break;
       case '--mbps': o.mbps = number(flag, value()); break;
       case '--threads': o.threads = number(flag, value()); break;
       case '--prompt-tokens': o.promptTokens = number(flag, value()); break;
@@ -144,14 +151,14 @@ function modelBytes(o, first, parts) {
 // One browser with a fresh profile on disk (OPFS on disk, as in a user's
 // browser; a context without a profile keeps OPFS in memory, within a small
 // quota); `body(page, browserVersion)` runs in its page.
-async function withBrowser(o, pageUrl, body) {
+async function withBrowser(o, pageUrl, body, ready = (page) => page.waitForFunction(() => globalThis.benchReady === true, null, { timeout: 60_000 })) {
   const profile = mkdtempSync(join(tmpdir(), 'sipllm-bench-profile-'));
   const context = await chromium.launchPersistentContext(profile, { executablePath: o.chromium, args: CHROMIUM_ARGS });
   try {
     const page = context.pages()[0] ?? await context.newPage();
     page.on('pageerror', (error) => console.log(`  [page error] ${error.message}`));
     await page.goto(pageUrl);
-    await page.waitForFunction(() => globalThis.benchReady === true, null, { timeout: 60_000 });
+    await ready(page);
     // (The user agent string gives only the major version.)
     const browserVersion = execFileSync(o.chromium, ['--version'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] })
       .split(' built on')[0].trim();
@@ -224,7 +231,64 @@ async function benchWllama(o, servers, model) {
   });
 }
 
-function report(o, results, wllama) {
+// The demo's production build (vite build), in a folder of its own.
+function buildDemo() {
+  const outDir = mkdtempSync(join(tmpdir(), 'sipllm-bench-demo-'));
+  run(join(repoRoot, 'demo/node_modules/.bin/vite'), ['build', join(repoRoot, 'demo'), '--outDir', outDir, '--emptyOutDir',
+                                                        '--logLevel', 'warn'], 'building the demo');
+  return outDir;
+}
+
+// The demo page's settled counts (#status data-loads / data-requests) and state.
+async function demoStatus(page) {
+  return page.locator('#status').evaluate((el) => ({
+    loads: Number(el.dataset.loads ?? 0), requests: Number(el.dataset.requests ?? 0), state: el.dataset.state,
+  }));
+}
+
+async function demoSettle(o, page, what, act) {
+  const before = (await demoStatus(page))[what];
+  await act();
+  await page.waitForFunction(([kind, n]) => Number(document.querySelector('#status').dataset[kind] ?? 0) > n,
+                             [what, before], { timeout: o.timeoutS * 1000, polling: 500 });
+  return demoStatus(page);
+}
+
+// The 8B set through the demo's form: budget, greedy, URL, Load; then the
+// prompt in completion mode.
+async function benchDemo(o, demoUrl, servers, model, budgetGb) {
+  const url = partUrls(servers.model.url, model.first, model.parts)[0];
+  servers.model.reset();
+  const ready = (page) => page.waitForFunction(() => Number(document.querySelector('#status')?.dataset.loads ?? 0) > 0,
+                                               null, { timeout: 120_000 });
+  return withBrowser(o, demoUrl, async (page) => {
+    const fields = { 'memory-budget': budgetGb * 1000, threads: o.threads, 'context-length': o.context, temperature: 0,
+                     'max-tokens': o.genTokens };
+    for (const [id, value] of Object.entries(fields)) await page.locator(`#${id}`).fill(String(value));
+    const started = Date.now();
+    const loaded = await demoSettle(o, page, 'loads', async () => {
+      await page.locator('#model-url').fill(url);
+      await page.locator('input[name=source][value=url]').check();
+      await page.locator('#load').click();
+    });
+    const error = async () => (await page.locator('#error').innerText()).trim();
+    if (loaded.state !== 'ready') return { error: `the load ended '${loaded.state}': ${await error()}` };
+    const loadMs = Date.now() - started;
+    const done = await demoSettle(o, page, 'requests', async () => {
+      await page.locator('#mode-completion').click();
+      await page.locator('#prompt').fill(model.prompt);
+      await page.locator('#generate').click();
+    });
+    if (done.state !== 'done') return { error: `the completion ended '${done.state}': ${await error()}` };
+    const text = (await page.locator('#output .generated').textContent()) ?? '';
+    const stats = await page.evaluate(() => globalThis.sipllmDemo.stats());
+    return {
+      budget: budgetGb * GB, loadMs, text, stats, networkBytes: servers.model.stats.bytes, peakTabBytes: rendererMemoryBytes(),
+    };
+  }, ready);
+}
+
+function report(o, results, wllama, demo) {
   const lines = [];
   const budgetText = (r) => (r.memoryBudget === null ? 'none' : `${fmt(r.memoryBudget / GB, 2)} GB`);
   lines.push(`| model | budget | load | TTFT s | decode tok/s | streamed MB/token | OPFS GB/s | of OPFS | network MB | from cache MB | WebAssembly heap MB | page alone MB | tab peak MB | over budget MB |`);
@@ -254,6 +318,31 @@ function report(o, results, wllama) {
       }
       if (i > 0 && l.networkBytes !== 0) failures.push(`${where}: ${l.networkBytes} bytes came over the network, not from OPFS`);
     });
+  }
+  if (demo) {
+    lines.push('');
+    const where = 'the demo';
+    if (demo.error) {
+      lines.push(`The demo page on the ${demo.shape} split set: ${demo.error}`);
+      failures.push(`${where}: ${demo.error}`);
+    } else {
+      const g = demo.stats.lastGeneration;
+      const pageText = results.find((r) => r.shape === demo.shape && r.memoryBudget === demo.budget)?.loads?.[0]?.raw?.run?.text;
+      const sameText = pageText === undefined ? null : pageText.startsWith(demo.text) && demo.text.length > 0;
+      lines.push(`The demo page (production build) on the same ${demo.shape} split set, budget ${fmt(demo.budget / GB, 2)} GB, ` +
+                 `cache on, ${demo.stats.threads} threads, ${demo.stats.build} build: loaded (header) in ${fmt(demo.loadMs / 1000, 1)} s; ` +
+                 `${g.generatedTokens} tokens, TTFT ${fmt(g.ttftMs / 1000, 1)} s, decode ${fmt(g.decodeTokensPerS ?? 0, 2)} tok/s; ` +
+                 `weights ${fmt(demo.stats.loader.peakWeightBytes / MB)} MB at most; WebAssembly heap ${fmt(demo.stats.heapBytes / MB)} MB; ` +
+                 `tab peak ${fmt(demo.peakTabBytes / MB)} MB; ${fmt(demo.networkBytes / MB)} MB downloaded; ` +
+                 (sameText === null ? 'no bench-page run at this budget to compare the text with.'
+                   : sameText ? "the bench page's text." : "NOT the bench page's text."));
+      if (g.generatedTokens < 1) failures.push(`${where}: generated nothing`);
+      if (demo.stats.loader.peakWeightBytes > demo.budget) failures.push(`${where}: the loader held more weights than the budget`);
+      if (demo.peakTabBytes > demo.budget + o.overheadMb * MB) {
+        failures.push(`${where}: the tab peaked at ${fmt(demo.peakTabBytes / MB)} MB, over the budget + ${o.overheadMb} MB`);
+      }
+      if (sameText === false) failures.push(`${where}: its text is not the bench page's`);
+    }
   }
   if (wllama) {
     lines.push('');
@@ -298,9 +387,13 @@ async function main() {
   const servers = { pageUrl: `${pageServer.url}/bench/index.html`, model: modelServer };
   const results = [];
   let wllama = null;
+  let demo = null;
+  const demoDir = o.engines.includes('demo') && models.some((m) => m.parts > 1) ? buildDemo() : null;
+  const demoServer = demoDir === null ? null : await startRangeServer({ root: demoDir });
+  const wanted = (budget) => o.budgets === null || o.budgets.includes(String(budget ?? 'none'));
   try {
     for (const model of models) {
-      for (const budget of o.engines.includes('sipllm') ? MODELS[model.shape].budgets : []) {
+      for (const budget of o.engines.includes('sipllm') ? MODELS[model.shape].budgets.filter(wanted) : []) {
         process.stdout.write(`${model.shape}, budget ${budget ?? 'none'}: `);
         let result;
         try {
@@ -311,6 +404,13 @@ async function main() {
         console.log(result.error ?? result.loads.map((l) => `TTFT ${fmt(l.ttftS, 1)} s, decode ${fmt(l.decodeTokS, 2)} tok/s`).join('; '));
         results.push(result);
       }
+      if (demoServer !== null && model.parts > 1 && demo === null) {
+        const budget = MODELS[model.shape].budgets.filter(wanted)[0] ?? MODELS[model.shape].budgets[0];
+        process.stdout.write(`the demo on ${model.shape}, budget ${budget}: `);
+        demo = { shape: model.shape, ...await benchDemo(o, `${demoServer.url}/`, servers, model, budget)
+          .catch((error) => ({ error: error.message.split('\n')[0] })) };
+        console.log(demo.error ?? `${demo.stats.lastGeneration.generatedTokens} tokens`);
+      }
       if (o.engines.includes('wllama') && model.parts > 1 && wllama === null) {
         process.stdout.write(`wllama on ${model.shape}: `);
         wllama = { shape: model.shape, parts: model.parts, ...await benchWllama(o, servers, model) };
@@ -320,16 +420,18 @@ async function main() {
   } finally {
     await pageServer.close();
     await modelServer.close();
+    await demoServer?.close();
+    if (demoDir !== null) rmSync(demoDir, { recursive: true, force: true });
   }
 
-  const { text, failures } = report(o, results, wllama);
+  const { text, failures } = report(o, results, wllama, demo);
   console.log(`\n${text}\n`);
   console.log(`${results.find((r) => r.browserVersion)?.browserVersion ?? 'Chromium'}, SipLLM ${results[0]?.loads?.[0]?.build ?? ''} build, ` +
               `${o.threads} threads, ${o.promptTokens}-token prompt, ${o.genTokens} tokens greedy, context ${o.context}, ` +
               `models served at ${o.mbps} MB/s, cache: true (OPFS), a fresh browser profile on disk per row.`);
   const jsonPath = o.json ?? join(repoRoot, 'build/bench', `large-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
   mkdirSync(dirname(jsonPath), { recursive: true });
-  writeFileSync(jsonPath, JSON.stringify({ options: o, results, wllama, table: text, failures }, null, 1));
+  writeFileSync(jsonPath, JSON.stringify({ options: o, results, demo, wllama, table: text, failures }, null, 1));
   console.log(`figures: ${relative(process.cwd(), jsonPath)}`);
   if (failures.length > 0) {
     console.error(`bench:large: ${failures.length} check(s) failed:\n  ${failures.join('\n  ')}`);
