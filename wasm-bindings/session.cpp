@@ -215,16 +215,10 @@ void JobThread::stop() {
   thread_.join();
 }
 
-bool JobThread::running() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return thread_.joinable() && !stopping_;
-}
-
 #else
 
 void JobThread::post(std::function<void()> job) { job(); }
 void JobThread::stop() {}
-bool JobThread::running() const { return false; }
 
 #endif
 

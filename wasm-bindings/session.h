@@ -88,12 +88,11 @@ class JobThread {
 
   void post(std::function<void()> job);
   void stop();  // finishes the running job, drops queued ones, joins
-  bool running() const;  // the thread is there to run what is posted
 
  private:
 #if SIPLLM_WASM_THREADS
   void loop();
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<std::function<void()>> jobs_;
   bool stopping_ = false;
