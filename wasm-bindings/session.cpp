@@ -434,16 +434,19 @@ std::optional<HttpSourceStats> Session::source_stats() const {
 void Session::close() {
   cancel();
   if (transport_ != nullptr) transport_->abort();
-  std::shared_ptr<Engine> engine;
+  // Held through a shared slot the job empties: std::function may copy the
+  // job (libc++ copies a small callable where it moves one), and a copy on
+  // this thread that went last would free the engine here.
+  const auto engine = std::make_shared<std::unique_ptr<Engine>>();
   {
     std::lock_guard<std::mutex> lock(engine_mutex_);
     http_sources_.clear();
-    engine = std::move(engine_);
+    *engine = std::move(engine_);
   }
   // After the running job, which the cancel and the abort end soon. Inline
   // in the single-thread build.
-  jobs_.post([engine = std::move(engine), id = id_]() mutable {
-    engine.reset();
+  jobs_.post([engine, id = id_] {
+    engine->reset();
     post_closed(id);
   });
 }
