@@ -418,7 +418,9 @@ export class SipLLM implements CompletionEngine {
     return this.plan.build;
   }
 
-  // Frees the model and stops its worker.
+  // Frees the model and stops its worker. Resolves within UNLOAD_GRACE_MS
+  // (10 s) whatever happens: past that, the worker is stopped outright and a
+  // warning says so.
   async unload(): Promise<void> {
     if (this.unloaded) return;
     this.unloaded = true;
