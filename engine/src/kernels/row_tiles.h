@@ -29,6 +29,7 @@ struct RowTile {
   // Prefetches bytes [offset, offset + length) of the rows ahead (length at
   // most a few cache lines: one block).
   void prefetch_ahead(size_t offset, size_t length) const {
+    if constexpr (!simd::kPrefetchNeverWaits) return;  // the tile prefetched in a burst
     for (int i = 0; i < 4; ++i) {
       if (ahead[i] == nullptr) continue;
       for (size_t at = 0; at < length; at += 64) simd::prefetch(ahead[i] + offset + at);
