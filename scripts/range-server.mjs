@@ -548,6 +548,7 @@ export async function startRangeServer(opts) {
       if (at >= start && at < start + length) {
         state.once.add(onceKey);
         plan.stopAt = at - start;
+        mark(`drop@${at}`);
       }
     }
     if ((mode === 'drop' || mode === 'short') && struck()) {

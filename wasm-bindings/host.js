@@ -195,7 +195,11 @@ Module['sipllmHost'] = (function () {
       Atomics.store(w, state, CALL_RUNNING);
       return true;
     };
-    fetchRange(url, offset, length, timeoutMs, sink, arrived).catch(function (error) {
+    // The web package's early pieces of the file (web/src/early-ranges.ts)
+    // answer what they hold; the rest is fetched here.
+    var early = Module['sipllmRegistry'] && Module['sipllmRegistry'].early;
+    var served = early ? early.serve(url, offset, length, timeoutMs, sink, arrived, fetchRange) : null;
+    (served || fetchRange(url, offset, length, timeoutMs, sink, arrived)).catch(function (error) {
       return { status: 0, bodyBytes: 0, error: 'request failed: ' + describeError(error) };
     }).then(function (r) {
       var answer = record(r);

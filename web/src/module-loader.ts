@@ -3,6 +3,7 @@
 
 import { isNode, isThreadedBuild, nodeImport } from './env.js';
 import type { EngineEmbedOptions, EngineGenerateOptions, EngineOpenOptions } from './bridge.generated.js';
+import type { EarlyRanges } from './early-ranges.js';
 import type { Build, CachedModel, GenerationStats, LoaderStats, ModelInfo, SourceStats } from './types.js';
 
 // What wasm-bindings/bindings.cpp and host.js give the JavaScript side.
@@ -77,6 +78,7 @@ export interface Registry {
   stores: Map<number, unknown>;
   bytes: Map<number, Uint8Array>;
   onEvent(sessionId: number, kind: EngineEvent, data?: unknown): void;
+  early: EarlyRanges | null;  // the model's first bytes, fetched before the module was ready
 }
 
 export interface EngineModule {

@@ -254,7 +254,9 @@ export class SipLLM implements CompletionEngine {
     const onAbort = () => void handle.terminate();
     signal?.addEventListener('abort', onAbort, { once: true });
     try {
-      await handle.request({ type: 'init', build: plan.build, wasmBaseUrl: plan.wasmBaseUrl, poolSize: plan.poolSize, cancelFlag });
+      // The load goes right behind the init: the worker starts fetching the
+      // model while its module is being made (see early-ranges.ts).
+      const init = handle.request({ type: 'init', build: plan.build, wasmBaseUrl: plan.wasmBaseUrl, poolSize: plan.poolSize, cancelFlag });
       const { id, reply } = handle.send<LoadResult>({
         type: 'load',
         ...('url' in source ? { url: source.url } : { bytes: source.bytes }),
@@ -265,6 +267,9 @@ export class SipLLM implements CompletionEngine {
         calledAt,
       });
       if (plan.onProgress !== undefined) handle.listen(id, plan.onProgress);
+      // A failed init fails the load too: the init's error is the one to report.
+      reply.catch(() => {});
+      await init;
       return { handle, result: await reply };
     } catch (error) {
       await handle.terminate();

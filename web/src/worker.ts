@@ -3,7 +3,8 @@
 // Node). Requests are handled one at a time, in order; only 'cancel' is
 // handled at once. See protocol.ts for the messages.
 
-import { isNode, nodeImport } from './env.js';
+import { EarlyRanges } from './early-ranges.js';
+import { isNode, isThreadedBuild, nodeImport } from './env.js';
 import { loadEngineModule } from './module-loader.js';
 import type { Answer, ByteProgress, EngineEvent, EngineModule, EngineSession, JobOutcome, LiveUnit, Registry } from './module-loader.js';
 import type { CacheLocation, EmbedRequest, EmbedResult, GenerateRequest, LoadRequest, Reply, Request } from './protocol.js';
@@ -16,6 +17,8 @@ import type { Build, GenerationStats, LoadProgress, LoadTimes, Stats, UnitProgre
 const MODEL_STORE_ID = 1;
 const QUERY_STORE_ID = 2;
 const MODEL_BYTES_ID = 1;
+// The engine's own read timeout when the load options give none (HttpSourceOptions).
+const DEFAULT_READ_TIMEOUT_MS = 30_000;
 // How often the units' states are looked at while a job runs.
 const UNIT_POLL_MS = 100;
 // Bytes arrived this recently: the loader is fetching.
@@ -108,6 +111,7 @@ class EngineWorker {
       stores: new Map(),
       bytes: new Map(),
       onEvent: (sessionId, kind, data) => this.onEvent(sessionId, kind, data),
+      early: null,
     };
   }
 
@@ -116,7 +120,26 @@ class EngineWorker {
       this.cancel(request.target);
       return;
     }
+    if (request.type === 'init') this.build = request.build;
+    if (request.type === 'load') this.fetchEarly(request);
     this.queue = this.queue.then(() => this.run(request));
+  }
+
+  // A load arrives while the module is still being made (the page sends it
+  // right after 'init'): the model's first bytes need not wait for it. Only
+  // the threaded builds take them (host.js, startRange), and only without a
+  // persistent cache, where a cached model must not cost a request.
+  private fetchEarly(request: LoadRequest): void {
+    if (request.url === undefined || request.cache !== null || !isThreadedBuild(this.build)) return;
+    if (this.session !== null || this.registry.early !== null) return;  // refused by load() anyway
+    const early = new EarlyRanges(request.url, request.options.readTimeoutMs || DEFAULT_READ_TIMEOUT_MS);
+    this.registry.early = early;
+    early.start();
+  }
+
+  private dropEarly(): void {
+    this.registry.early?.dispose();
+    this.registry.early = null;
   }
 
   private async run(request: Request): Promise<void> {
@@ -300,6 +323,8 @@ class EngineWorker {
       request.tokens !== undefined
         ? session.generateTokens(request.tokens, request.options)
         : session.generate(request.prompt ?? '', request.options));
+    // The first pass has taken what the early pieces held.
+    this.dropEarly();
     if (!outcome.ok) throw fail(outcome.error);
     if (outcome.stats === undefined) throw new Failure('internal', 'a generation ended without its statistics');
     const generation = outcome.stats;
@@ -313,6 +338,7 @@ class EngineWorker {
   private async embed(request: EmbedRequest): Promise<EmbedResult> {
     const session = this.open();
     const outcome = await this.runJob(request.id, () => session.embed(request.texts, request.options));
+    this.dropEarly();
     if (!outcome.ok) throw fail(outcome.error);
     const { vectors, tokens } = outcome.embeddings as NonNullable<JobOutcome['embeddings']>;
     return { vectors, tokens, stats: this.snapshot() };
@@ -335,6 +361,7 @@ class EngineWorker {
       await closed;
       session.delete();
     }
+    this.dropEarly();
     this.registry.stores.delete(MODEL_STORE_ID);
     this.registry.bytes.delete(MODEL_BYTES_ID);
     this.store?.close();

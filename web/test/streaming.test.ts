@@ -1,13 +1,14 @@
 // Streaming from the range server: progress, the persistent cache, and a
 // memory budget smaller than the model.
 
-import { mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { mkdirSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { NetworkError, SipLLM } from '../dist/index.js';
 import type { LoadProgress } from '../dist/index.js';
-import { RangeServer, collect, fileSize, nativeGreedy, removeDir, serveDir, tempDir } from './support.js';
+import { blockSpan, readGgufLayout } from '../dist/gguf-layout.js';
+import { RangeServer, collect, fileSize, generateModel, nativeGreedy, removeDir, serveDir, tempDir } from './support.js';
 
 const MODEL = 'stories260K.gguf';
 const PROMPT = 'Once upon a time';
@@ -52,6 +53,42 @@ describe('streaming over HTTP', () => {
       expect(events.some((e) => e.phase === 'weights')).toBe(true);
     } finally {
       await llm.unload();
+    }
+  });
+
+  it('fetches the header and the first blocks while the module starts, every block byte once', async () => {
+    const dir = tempDir('early');
+    const model = generateModel(dir, 'kquant-small', 'Q8_0', 'llama.cpp-vocab/ggml-vocab-llama-spm.gguf');
+    const bytes = readFileSync(model);
+    const span = blockSpan(readGgufLayout(bytes.subarray(0, 1 << 20)), bytes.length);
+    const own = await RangeServer.start(dir);
+    try {
+      const llm = await SipLLM.load(`${own.url}/kquant-small-Q8_0.gguf`, { threads: 2 });
+      try {
+        expect(await collect(llm.generate(PROMPT, { maxTokens: 8, temperature: 0 })))
+          .toBe(nativeGreedy(model, PROMPT, 8));
+        const { log } = await own.stats();
+        const ranges = log.map((entry) => {
+          const [first, last] = (entry.range ?? '').replace('bytes=', '').split('-').map(Number);
+          return { first, last, startMs: entry.startMs };
+        });
+        // The header's request went out before the module was ready.
+        expect(ranges[0]).toMatchObject({ first: 0, last: (1 << 20) - 1 });
+        expect(ranges[0].startMs).toBeLessThan(llm.stats().load.moduleReadyAt);
+        // Block bytes (and the head's after them): fetched ahead or by the
+        // engine, never both, with no gap.
+        expect(span).not.toBeNull();
+        const blocks = ranges.filter((r) => r.first >= (span as { begin: number }).begin)
+          .sort((a, b) => a.first - b.first);
+        expect(blocks[0].first).toBe(span?.begin);
+        for (let i = 1; i < blocks.length; ++i) expect(blocks[i].first).toBe(blocks[i - 1].last + 1);
+        expect(blocks[blocks.length - 1].last).toBeGreaterThanOrEqual((span as { end: number }).end - 1);
+      } finally {
+        await llm.unload();
+      }
+    } finally {
+      await own.stop();
+      removeDir(dir);
     }
   });
 

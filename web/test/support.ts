@@ -29,6 +29,8 @@ export interface ServerLogEntry {
   range: string | null;
   status: number;
   bytes: number;
+  fault: string | null;  // what was done to the answer, e.g. "drop@1234"
+  startMs: number;       // when the request arrived, ms since the Unix epoch
 }
 
 export class RangeServer {

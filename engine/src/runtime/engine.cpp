@@ -299,7 +299,8 @@ class EngineImpl final : public Engine {
     // On this thread alone: the code it optimises is shared by every thread,
     // and the other cores stay free for the download it overlaps.
     ThreadPool one_thread(1);
-    while (!cancelled_ && !warm_up_ended_ && ms_since(start) < milliseconds) work.run_round(one_thread);
+    const auto stop = [&] { return cancelled_ || warm_up_ended_ || ms_since(start) >= milliseconds; };
+    while (!stop()) work.run_round(one_thread, stop);
   }
 
   const std::vector<int32_t>& cached_tokens() const override { return cached_; }

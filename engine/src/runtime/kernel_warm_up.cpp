@@ -33,11 +33,15 @@ KernelWarmUp::KernelWarmUp(const ModelDescription& model, KvCacheType kv_cache_t
     m.w.row_bytes =
         static_cast<size_t>(tensor_bytes(tensor_type_traits(type), static_cast<uint64_t>(cols)));
     m.bytes.resize(m.w.row_bytes * kRows);
+    // One row quantized, copied to the others: the kernels' work does not
+    // depend on the values, and quantizing (K-quants search for their
+    // scales) on first-run code would cost a request that ends the warm-up
+    // early most of its wait.
     std::vector<float> row(static_cast<size_t>(cols));
-    for (int r = 0; r < kRows; ++r) {
-      fill(row);
-      uint8_t* out = m.bytes.data() + static_cast<size_t>(r) * m.w.row_bytes;
-      quantize_row(type, row.data(), out, row.size());
+    fill(row);
+    quantize_row(type, row.data(), m.bytes.data(), row.size());
+    for (int r = 1; r < kRows; ++r) {
+      std::copy_n(m.bytes.data(), m.w.row_bytes, m.bytes.data() + static_cast<size_t>(r) * m.w.row_bytes);
     }
     m.w.data = m.bytes.data();
     matrices_.push_back(std::move(m));
@@ -76,7 +80,7 @@ KernelWarmUp::KernelWarmUp(const ModelDescription& model, KvCacheType kv_cache_t
   }
 }
 
-void KernelWarmUp::run_round(ThreadPool& pool) {
+void KernelWarmUp::run_round(ThreadPool& pool, const std::function<bool()>& stop) {
   const int dim = shape_.dim;
   const int q_dim = shape_.q_dim();
   const int kv_dim = shape_.kv_dim();
@@ -87,10 +91,12 @@ void KernelWarmUp::run_round(ThreadPool& pool) {
   std::copy(input_.begin(), input_.end(), x_.begin());
   for (const int n : {kPositions, 1}) {
     for (const Matrix& m : matrices_) {
+      if (stop()) return;
       activations_.reset(x_.data(), n, m.w.cols);
       matmul(m.w, activations_, y_.data(), pool);
     }
   }
+  if (stop()) return;
   for (int i = 0; i < kPositions; ++i) {
     rmsnorm(at(xb_, i, dim), at(x_, i, dim), norm_.data(), dim, shape_.rms_eps);
     rope_table(i, rope_, rope_table_.data());

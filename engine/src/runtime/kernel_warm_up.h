@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kernels/activation_quant.h"
@@ -29,8 +30,10 @@ class KernelWarmUp {
 
   KernelWarmUp(const ModelDescription& model, KvCacheType kv_cache_type);
 
-  // One pass over everything, a few milliseconds once the code is optimized.
-  void run_round(ThreadPool& pool);
+  // One pass over everything, a few milliseconds once the code is optimized
+  // (on first-run code, hundreds). Returns early, between two kernels, once
+  // `stop` says so: a request waiting for the cores must not wait for a round.
+  void run_round(ThreadPool& pool, const std::function<bool()>& stop);
 
  private:
   struct Matrix {
