@@ -446,7 +446,19 @@ function coldBreakdown(result, fileBytes, mbps) {
   }
   const firstByte = spans.length ? spans[0][0] : null;
   const lastByte = spans.length ? Math.max(...spans.map((x) => x[1])) : null;
-  const headerBytes = requests.filter((r) => rel(r.startMs) < headerRead).reduce((sum, r) => sum + r.bytes, 0);
+  // The header's bytes: the requests from byte 0 on, back to back (the first
+  // range, then any growth for a long header), whoever made them.
+  const rangeOf = (r) => (/^bytes=(\d+)-(\d+)$/.exec(r.range ?? '') ?? []).slice(1).map(Number);
+  let headerEnd = 0;
+  let headerBytes = 0;
+  let headerArrived = null;
+  for (const r of [...requests].sort((a, b) => (rangeOf(a)[0] ?? -1) - (rangeOf(b)[0] ?? -1))) {
+    const [first, last] = rangeOf(r);
+    if (first !== headerEnd) continue;
+    headerEnd = last + 1;
+    headerBytes += r.bytes;
+    headerArrived = Math.max(headerArrived ?? -Infinity, rel(r.endMs));
+  }
   // Compute of the unit k before the last byte of unit k + 2: the prefill
   // keeps up with the download.
   let keptUp = 0;
@@ -492,7 +504,8 @@ function coldBreakdown(result, fileBytes, mbps) {
     cpuMs: cpu,
     transferMs,
     ttftOverTransfer: firstToken / transferMs,
-    afterHeaderOverTransfer: (firstToken - headerRead) / afterHeaderTransferMs,
+    headerArrived,
+    afterHeaderOverTransfer: headerArrived === null ? null : (firstToken - headerArrived) / afterHeaderTransferMs,
   };
 }
 
@@ -581,7 +594,8 @@ function printTables(o, rows, meta) {
                'the engine worker started, its module and thread pool were ready, the header was read; the model ' +
                'server saw the first range request, sent the first and the last byte (link busy: share of that span ' +
                'with a body in flight); the prompt was given; the first unit\'s compute started; the last unit\'s ' +
-               'compute ended; the first token reached the page. Kept up: units whose compute started before the last ' +
+               'compute ended; the first token reached the page. After header: the time from the header\'s last ' +
+               'byte to the first token against the transfer of the bytes after the header. Kept up: units whose compute started before the last ' +
                'byte of the unit two further on. CPU: seconds used by the page\'s renderer (engine worker, compute ' +
                'threads), Chromium\'s network service and the model server, from load() to the first token.');
       out.push('');
