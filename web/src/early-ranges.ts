@@ -13,7 +13,7 @@
 // size or validator, a failed piece) drops the piece, and the engine's own
 // request meets the server as it is.
 //
-// Only without a persistent cache: a cached model must not cost a request.
+// With a persistent cache, only while it holds no model (see worker.ts).
 
 import { blockSpan, NeedMoreBytes, readGgufLayout } from './gguf-layout.js';
 

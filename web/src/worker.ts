@@ -17,6 +17,8 @@ import type { Build, GenerationStats, LoadProgress, LoadTimes, Stats, UnitProgre
 const MODEL_STORE_ID = 1;
 const QUERY_STORE_ID = 2;
 const MODEL_BYTES_ID = 1;
+// A cached model's index entry in the store ends so (page_cache.cpp, cache_index_name).
+const CACHE_INDEX_SUFFIX = '.index';
 // The engine's own read timeout when the load options give none (HttpSourceOptions).
 const DEFAULT_READ_TIMEOUT_MS = 30_000;
 // How often the units' states are looked at while a job runs.
@@ -87,6 +89,7 @@ class EngineWorker {
   private threads = 1;
   private memoryBudget: number | null = null;
   private store: SyncStore | null = null;
+  private opening: { id: number; store: Promise<SyncStore> } | null = null;  // the load's store, opened on arrival
   private cacheError = '';
 
   private job: { id: number; resolve: (outcome: JobOutcome) => void } | null = null;
@@ -127,14 +130,24 @@ class EngineWorker {
 
   // A load arrives while the module is still being made (the page sends it
   // right after 'init'): the model's first bytes need not wait for it. Only
-  // the threaded builds take them (host.js, startRange), and only without a
-  // persistent cache, where a cached model must not cost a request.
+  // the threaded builds take them (host.js, startRange). With a persistent
+  // cache, only when the cache holds no model at all: a cached model must
+  // not cost a request, and which entry is whose is the engine's to say.
   private fetchEarly(request: LoadRequest): void {
-    if (request.url === undefined || request.cache !== null || !isThreadedBuild(this.build)) return;
+    if (request.url === undefined || !isThreadedBuild(this.build)) return;
     if (this.session !== null || this.registry.early !== null) return;  // refused by load() anyway
     const early = new EarlyRanges(request.url, request.options.readTimeoutMs || DEFAULT_READ_TIMEOUT_MS);
     this.registry.early = early;
-    early.start();
+    if (request.cache === null) {
+      early.start();
+      return;
+    }
+    const store = this.openStore(request.cache);
+    this.opening = { id: request.id, store };
+    store.then((opened) => {
+      const holdsModel = opened.list().some(([name]) => name.endsWith(CACHE_INDEX_SUFFIX));
+      if (this.registry.early === early && !holdsModel) early.start();
+    }, () => {});
   }
 
   private dropEarly(): void {
@@ -262,7 +275,9 @@ class EngineWorker {
     let cacheStoreId = 0;
     if (request.cache !== null) {
       try {
-        this.store = await this.openStore(request.cache);
+        const opening = this.opening?.id === request.id ? this.opening.store : null;
+        this.opening = null;
+        this.store = await (opening ?? this.openStore(request.cache));
         if (request.url !== undefined) await this.store.reserve(splitPartUrls(request.url).length);
         this.registry.stores.set(MODEL_STORE_ID, this.store);
         cacheStoreId = MODEL_STORE_ID;

@@ -56,41 +56,58 @@ describe('streaming over HTTP', () => {
     }
   });
 
-  it('fetches the header and the first blocks while the module starts, every block byte once', async () => {
-    const dir = tempDir('early');
-    const model = generateModel(dir, 'kquant-small', 'Q8_0', 'llama.cpp-vocab/ggml-vocab-llama-spm.gguf');
-    const bytes = readFileSync(model);
-    const span = blockSpan(readGgufLayout(bytes.subarray(0, 1 << 20)), bytes.length);
-    const own = await RangeServer.start(dir);
-    try {
-      const llm = await SipLLM.load(`${own.url}/kquant-small-Q8_0.gguf`, { threads: 2 });
+  // Without a cache, and with an empty one (which the engine fills as usual).
+  for (const cached of [false, true]) {
+    it(`fetches the header and the first blocks while the module starts, every block byte once${cached ? ', into an empty cache' : ''}`, async () => {
+      const dir = tempDir('early');
+      const cache = cached ? tempDir('early-cache') : false;
+      const model = generateModel(dir, 'kquant-small', 'Q8_0', 'llama.cpp-vocab/ggml-vocab-llama-spm.gguf');
+      const bytes = readFileSync(model);
+      const span = blockSpan(readGgufLayout(bytes.subarray(0, 1 << 20)), bytes.length);
+      const own = await RangeServer.start(dir);
       try {
-        expect(await collect(llm.generate(PROMPT, { maxTokens: 8, temperature: 0 })))
-          .toBe(nativeGreedy(model, PROMPT, 8));
-        const { log } = await own.stats();
-        const ranges = log.map((entry) => {
-          const [first, last] = (entry.range ?? '').replace('bytes=', '').split('-').map(Number);
-          return { first, last, startMs: entry.startMs };
-        });
-        // The header's request went out before the module was ready.
-        expect(ranges[0]).toMatchObject({ first: 0, last: (1 << 20) - 1 });
-        expect(ranges[0].startMs).toBeLessThan(llm.stats().load.moduleReadyAt);
-        // Block bytes (and the head's after them): fetched ahead or by the
-        // engine, never both, with no gap.
-        expect(span).not.toBeNull();
-        const blocks = ranges.filter((r) => r.first >= (span as { begin: number }).begin)
-          .sort((a, b) => a.first - b.first);
-        expect(blocks[0].first).toBe(span?.begin);
-        for (let i = 1; i < blocks.length; ++i) expect(blocks[i].first).toBe(blocks[i - 1].last + 1);
-        expect(blocks[blocks.length - 1].last).toBeGreaterThanOrEqual((span as { end: number }).end - 1);
+        const llm = await SipLLM.load(`${own.url}/kquant-small-Q8_0.gguf`, { threads: 2, cache });
+        try {
+          expect(await collect(llm.generate(PROMPT, { maxTokens: 8, temperature: 0 })))
+            .toBe(nativeGreedy(model, PROMPT, 8));
+          const { log } = await own.stats();
+          const ranges = log.map((entry) => {
+            const [first, last] = (entry.range ?? '').replace('bytes=', '').split('-').map(Number);
+            return { first, last, startMs: entry.startMs };
+          });
+          // The header's request went out before the module was ready.
+          expect(ranges[0]).toMatchObject({ first: 0, last: (1 << 20) - 1 });
+          expect(ranges[0].startMs).toBeLessThan(llm.stats().load.moduleReadyAt);
+          // Block bytes (and the head's after them): fetched ahead or by the
+          // engine, never both, with no gap.
+          expect(span).not.toBeNull();
+          const blocks = ranges.filter((r) => r.first >= (span as { begin: number }).begin)
+            .sort((a, b) => a.first - b.first);
+          expect(blocks[0].first).toBe(span?.begin);
+          for (let i = 1; i < blocks.length; ++i) expect(blocks[i].first).toBe(blocks[i - 1].last + 1);
+          expect(blocks[blocks.length - 1].last).toBeGreaterThanOrEqual((span as { end: number }).end - 1);
+        } finally {
+          await llm.unload();
+        }
+        if (cache) {
+          // Cached now: the next load makes no request at all.
+          await own.reset();
+          const again = await SipLLM.load(`${own.url}/kquant-small-Q8_0.gguf`, { threads: 2, cache });
+          try {
+            expect(await collect(again.generate(PROMPT, { maxTokens: 8, temperature: 0 })))
+              .toBe(nativeGreedy(model, PROMPT, 8));
+            expect((await own.stats()).requests).toBe(0);
+          } finally {
+            await again.unload();
+          }
+        }
       } finally {
-        await llm.unload();
+        await own.stop();
+        removeDir(dir);
+        if (cache) removeDir(cache);
       }
-    } finally {
-      await own.stop();
-      removeDir(dir);
-    }
-  });
+    });
+  }
 
   for (const build of ['threaded', 'single'] as const) {
     it(`reports each block's state as the blocks arrive (${build} build)`, async () => {
