@@ -283,9 +283,11 @@ class Engine {
   // result stay as they were; cancel() ends it early. Throws
   // Error(kInvalidArgument) for a negative or non-finite duration.
   virtual void warm_up(double milliseconds) = 0;
-  // From any thread: a running warm_up() returns within one round, and the
-  // loader goes on fetching (a request has come, and needs the cores more
-  // than the warm-up does; cancel() would also drop the loads in flight).
+  // From any thread: a running warm_up() returns between two kernels, and
+  // the loader goes on fetching (a request has come, and needs the cores more
+  // than the warm-up does; cancel() would also drop the loads in flight). A
+  // warm_up() called after it, before any other warm_up() ended (a job
+  // queued behind the load, as in the web package), returns at once.
   virtual void end_warm_up() = 0;
 
   // Tokens whose keys and values are in the cache.

@@ -290,17 +290,22 @@ class EngineImpl final : public Engine {
     if (milliseconds == 0) return;
     const auto start = Clock::now();
     cancelled_ = false;
-    warm_up_ended_ = false;
     loader_.clear_cancel();
     // The first pass's weights (the resident units, the ring's first units)
     // arrive meanwhile: a request that follows finds them there or on the way.
     loader_.set_continuation(true);
+    const auto stop = [&] { return cancelled_ || warm_up_ended_ || ms_since(start) >= milliseconds; };
+    if (stop()) {
+      // Ended before it began: a request came right behind the load.
+      warm_up_ended_ = false;
+      return;
+    }
     KernelWarmUp work(model_, options_.kv_cache_type);
     // On this thread alone: the code it optimises is shared by every thread,
     // and the other cores stay free for the download it overlaps.
     ThreadPool one_thread(1);
-    const auto stop = [&] { return cancelled_ || warm_up_ended_ || ms_since(start) >= milliseconds; };
     while (!stop()) work.run_round(one_thread, stop);
+    warm_up_ended_ = false;
   }
 
   const std::vector<int32_t>& cached_tokens() const override { return cached_; }

@@ -122,6 +122,17 @@ TEST(WarmUp, EndWarmUpStopsItAndTheLoaderGoesOn) {
   EXPECT_EQ(text, test::generate_text(*open_generated(TensorType::kQ8_0), "Once upon a time", test::greedy(8)));
 }
 
+// The request can come before the warm-up's job has begun: it must not run
+// its whole time then (here: longer than any test may take).
+TEST(WarmUp, EndedBeforeItBeginsItReturnsAtOnce) {
+  auto engine = open_generated(TensorType::kQ8_0);
+  engine->end_warm_up();
+  engine->warm_up(1e9);
+  // The conversation is as it was: the request gives its usual text.
+  EXPECT_EQ(test::generate_text(*engine, "Once upon a time", test::greedy(8)),
+            test::generate_text(*open_generated(TensorType::kQ8_0), "Once upon a time", test::greedy(8)));
+}
+
 TEST(WarmUp, PrefetchOnOpenLoadsTheFirstPassBeforeAnyRequest) {
   EngineOptions options;
   options.loader.prefetch_on_open = true;
