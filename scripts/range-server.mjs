@@ -189,7 +189,12 @@ class FaultState {
   }
 }
 
-const CHUNK_BYTES = 64 * 1024;
+// A body goes out in chunks of 5 ms of the capped link (16 KiB to 256 KiB;
+// 256 KiB uncapped): the server shares the machine with the client it
+// measures, and each chunk costs it a file read, a timer and a socket write.
+const CHUNK_MS = 5;
+const MIN_CHUNK_BYTES = 16 * 1024;
+const MAX_CHUNK_BYTES = 256 * 1024;
 
 const epochMs = () => performance.timeOrigin + performance.now();
 const sleep = (ms) => new Promise((done) => setTimeout(done, ms));
@@ -206,6 +211,8 @@ class Link {
   constructor(mbps) {
     this.bytesPerMs = mbps > 0 ? (mbps * 1e6) / 1e3 : 0;
     this.nextFree = 0;
+    this.chunkBytes = this.bytesPerMs === 0 ? MAX_CHUNK_BYTES
+      : Math.min(MAX_CHUNK_BYTES, Math.max(MIN_CHUNK_BYTES, Math.round(this.bytesPerMs * CHUNK_MS)));
   }
 
   async transmit(bytes) {
@@ -349,7 +356,7 @@ export async function startRangeServer(opts) {
     const pacedChunk = plan.rate > 0 ? Math.max(1, Math.floor(plan.rate / 10)) : 0;
     while (sent < limit && !closed) {
       const paced = pacedChunk > 0 && sent < plan.rateBytes;
-      const n = Math.min(paced ? Math.min(pacedChunk, plan.rateBytes - sent) : CHUNK_BYTES, limit - sent);
+      const n = Math.min(paced ? Math.min(pacedChunk, plan.rateBytes - sent) : link.chunkBytes, limit - sent);
       const chunk = Buffer.allocUnsafe(n);
       const { bytesRead } = await handle.read(chunk, 0, n, start + sent);
       if (bytesRead !== n) throw new Error(`short read of ${entry.url}`);
