@@ -198,7 +198,12 @@ Module['sipllmHost'] = (function () {
     // The web package's early pieces of the file (web/src/early-ranges.ts)
     // answer what they hold; the rest is fetched here.
     var early = Module['sipllmRegistry'] && Module['sipllmRegistry'].early;
-    var served = early ? early.serve(url, offset, length, timeoutMs, sink, arrived, fetchRange) : null;
+    var served = null;
+    try {
+      if (early) served = early.serve(url, offset, length, timeoutMs, sink, arrived, fetchRange);
+    } catch (error) {
+      served = null;  // never the engine's problem: the range is fetched as usual
+    }
     (served || fetchRange(url, offset, length, timeoutMs, sink, arrived)).catch(function (error) {
       return { status: 0, bodyBytes: 0, error: 'request failed: ' + describeError(error) };
     }).then(function (r) {

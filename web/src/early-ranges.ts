@@ -231,7 +231,9 @@ export class EarlyRanges {
     if (piece.failed) return;
     piece.failed = true;
     piece.controller.abort();
-    if (piece.offset === 0) this.stopLeading();  // no header: nothing to go on
+    // A server that fails once (a fault, a replaced file) is left to the
+    // engine, which retries and reports.
+    this.stopLeading();
     this.forget(piece);
   }
 
