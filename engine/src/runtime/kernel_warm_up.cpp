@@ -34,9 +34,9 @@ KernelWarmUp::KernelWarmUp(const ModelDescription& model, KvCacheType kv_cache_t
         static_cast<size_t>(tensor_bytes(tensor_type_traits(type), static_cast<uint64_t>(cols)));
     m.bytes.resize(m.w.row_bytes * kRows);
     // One row quantized, copied to the others: the kernels' work does not
-    // depend on the values, and quantizing (K-quants search for their
-    // scales) on first-run code would cost a request that ends the warm-up
-    // early most of its wait.
+    // depend on the values, and quantizing every row (K-quants search for
+    // their scales) took tens of ms on first-run code, which a request that
+    // comes right behind the load would wait for.
     std::vector<float> row(static_cast<size_t>(cols));
     fill(row);
     quantize_row(type, row.data(), m.bytes.data(), row.size());
