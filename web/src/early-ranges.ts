@@ -1,8 +1,8 @@
 // The first bytes of a model, fetched by the engine worker before its
 // WebAssembly module is ready: the GGUF header, then the transformer blocks
 // in file order. Compiling the module and starting its threads takes about
-// half a second; without this the link would idle through it, and the first
-// token comes about one transfer after the last byte's request.
+// half a second; without this the link idles through it, and every byte,
+// the first token's last one included, arrives that much later.
 //
 // The engine knows nothing of it. Its range requests reach host.js
 // (startRange), which asks serve() first: a request whose first byte lies in
@@ -10,8 +10,8 @@
 // arrive, and any part past the pieces is fetched then. From the first
 // request that starts past the pieces, the engine leads and no new piece is
 // fetched here. Anything unexpected (a status other than 206, another file
-// size or validator, a failed piece) drops the piece, and the engine's own
-// request meets the server as it is.
+// size or validator, a failed or stalled piece) drops the piece and ends the
+// fetching ahead: the engine's own requests meet the server as it is.
 //
 // With a persistent cache, only while it holds no model (see worker.ts).
 
