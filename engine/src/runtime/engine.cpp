@@ -294,18 +294,16 @@ class EngineImpl final : public Engine {
     // The first pass's weights (the resident units, the ring's first units)
     // arrive meanwhile: a request that follows finds them there or on the way.
     loader_.set_continuation(true);
+    // Already ended when a request came right behind the load: no work is built.
     const auto stop = [&] { return cancelled_ || warm_up_ended_ || ms_since(start) >= milliseconds; };
-    if (stop()) {
-      // Ended before it began: a request came right behind the load.
-      warm_up_ended_ = false;
-      return;
+    if (!stop()) {
+      KernelWarmUp work(model_, options_.kv_cache_type);
+      // On this thread alone: the code it optimises is shared by every thread,
+      // and the other cores stay free for the download it overlaps.
+      ThreadPool one_thread(1);
+      while (!stop()) work.run_round(one_thread, stop);
     }
-    KernelWarmUp work(model_, options_.kv_cache_type);
-    // On this thread alone: the code it optimises is shared by every thread,
-    // and the other cores stay free for the download it overlaps.
-    ThreadPool one_thread(1);
-    while (!stop()) work.run_round(one_thread, stop);
-    warm_up_ended_ = false;
+    warm_up_ended_ = false;  // the end applied to this warm-up only
   }
 
   const std::vector<int32_t>& cached_tokens() const override { return cached_; }
