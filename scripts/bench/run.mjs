@@ -62,7 +62,7 @@ import { basename, dirname, join, relative, resolve } from 'node:path';
 import { chromium } from 'playwright-core';
 
 import { startRangeServer } from '../range-server.mjs';
-import { readVocab } from './gguf-vocab.mjs';
+import { readVocab, tensorDataStart } from './gguf-vocab.mjs';
 import {
   CHROMIUM_ARGS, browserProcesses, cpuSample, fitPrompt, fmt, rendererMemoryBytes, repoRoot, run, withTimeout,
 } from './support.mjs';
@@ -424,7 +424,7 @@ function checkRow(o, row, notes) {
 // engine's loader timeline (each unit's I/O and compute). Times in ms since
 // load() was called. The CPU time of each process kind counts from load() to
 // the first token.
-function coldBreakdown(result, fileBytes, mbps) {
+function coldBreakdown(result, fileBytes, headerBytes, mbps) {
   if (!result?.loadTimes || !result.coldLoader || !result.cold?.firstMs) return null;
   const t0 = result.calledAtMs;
   const rel = (epochMs) => epochMs - t0;
@@ -446,18 +446,18 @@ function coldBreakdown(result, fileBytes, mbps) {
   }
   const firstByte = spans.length ? spans[0][0] : null;
   const lastByte = spans.length ? Math.max(...spans.map((x) => x[1])) : null;
-  // The header's bytes: the requests from byte 0 on, back to back (the first
-  // range, then any growth for a long header), whoever made them.
+  // When the header's last byte (the one before the tensor data) had
+  // arrived, and every byte before it: the latest of the requests that
+  // carried a part of it, whoever made them, each one's bytes taken as
+  // arriving evenly from its first byte to its end.
   const rangeOf = (r) => (/^bytes=(\d+)-(\d+)$/.exec(r.range ?? '') ?? []).slice(1).map(Number);
-  let headerEnd = 0;
-  let headerBytes = 0;
   let headerArrived = null;
-  for (const r of [...requests].sort((a, b) => (rangeOf(a)[0] ?? -1) - (rangeOf(b)[0] ?? -1))) {
+  for (const r of requests) {
     const [first, last] = rangeOf(r);
-    if (first !== headerEnd) continue;
-    headerEnd = last + 1;
-    headerBytes += r.bytes;
-    headerArrived = Math.max(headerArrived ?? -Infinity, rel(r.endMs));
+    if (!(first < headerBytes)) continue;
+    const share = (Math.min(last + 1, headerBytes) - first) / (last + 1 - first);
+    const arrived = rel(r.firstByteMs) + share * (rel(r.endMs) - rel(r.firstByteMs));
+    headerArrived = Math.max(headerArrived ?? -Infinity, arrived);
   }
   // Compute of the unit k before the last byte of unit k + 2: the prefill
   // keeps up with the download.
@@ -695,7 +695,7 @@ async function main() {
           row.raw[engine] = result;
           if (engine === 'sipllm') {
             row.s = summary;
-            if (o.mbps > 0 && !summary.error) row.coldBreakdown = coldBreakdown(result, model.bytes, o.mbps);
+            if (o.mbps > 0 && !summary.error) row.coldBreakdown = coldBreakdown(result, model.bytes, await tensorDataStart(model.path), o.mbps);
           }
           else row.w = summary;
           console.log(summary.error

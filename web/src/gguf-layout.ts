@@ -10,6 +10,7 @@ const STRING = 8;
 const ARRAY = 9;
 const GGUF_MAGIC = 0x46554747;  // "GGUF", little-endian
 const DEFAULT_ALIGNMENT = 32;
+const UTF8 = new TextDecoder();
 
 export interface TensorPlace {
   name: string;
@@ -42,17 +43,21 @@ class Reader {
     return this.view.getUint32(this.at - 4, true);
   }
 
+  // Two 32-bit halves rather than a BigInt: a vocabulary's header holds
+  // hundreds of thousands of string lengths, and this runs while the worker
+  // is busy starting the module.
   u64(): number {
     this.skip(8);
-    const value = this.view.getBigUint64(this.at - 8, true);
-    if (value > BigInt(Number.MAX_SAFE_INTEGER)) throw new Error(`a GGUF count or offset of ${value} is not plausible`);
-    return Number(value);
+    const low = this.view.getUint32(this.at - 8, true);
+    const high = this.view.getUint32(this.at - 4, true);
+    if (high >= 1 << 21) throw new Error(`a GGUF count or offset of ${BigInt(high) << 32n | BigInt(low)} is not plausible`);
+    return high * 2 ** 32 + low;
   }
 
   string(): string {
     const n = this.u64();
     this.skip(n);
-    return new TextDecoder().decode(this.bytes.subarray(this.at - n, this.at));
+    return UTF8.decode(this.bytes.subarray(this.at - n, this.at));
   }
 
   // Skips a value; returns it when it is a u32 (general.alignment's type).
