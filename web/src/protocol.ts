@@ -3,6 +3,7 @@
 // 'error', after any number of 'progress' and 'tokens' events for that id.
 
 import type { EngineGenerateOptions, EngineLoadOptions } from './bridge.generated.js';
+import type { EarlyFile, EarlyPiece } from './early-ranges.js';
 import type { Build, EmbedOptions, GenerationStats, LoadProgress, ModelInfo, Stats } from './types.js';
 
 export type { EngineGenerateOptions };
@@ -36,6 +37,8 @@ export interface LoadRequest {
   options: EngineLoadOptions & { threads: number };
   warmUpMs: number;  // 0: none
   calledAt: number;  // when load() was called (LoadTimes.calledAt)
+  // EarlyFetch.control when the caller fetches the first pieces (early-ranges.ts).
+  early: Int32Array | null;
 }
 
 export interface GenerateRequest {
@@ -68,6 +71,8 @@ export type Request =
   | EmbedRequest
   | GrammarRequest
   | { type: 'cancel'; id: number; target: number }
+  | (EarlyFile & { id: number })
+  | (EarlyPiece & { id: number })
   | { type: 'tokenize'; id: number; text: string; addSpecial: boolean; parseSpecial: boolean }
   | { type: 'detokenize'; id: number; tokens: number[] }
   | { type: 'reset'; id: number }

@@ -9,6 +9,7 @@
 //   llm.stats(); await llm.unload();
 
 import { renderChatTemplate } from './chat.js';
+import { DEFAULT_READ_TIMEOUT_MS, EarlyFetch } from './early-ranges.js';
 import { canShareMemory, hasRelaxedSimd, isNode, isThreadedBuild, nodeImport } from './env.js';
 import { AbortError, InvalidArgumentError, SipLLMError, UnsupportedError } from './errors.js';
 import { ENGINE_LOAD_OPTION_KEYS, NON_NEGATIVE_LOAD_OPTION_KEYS } from './bridge.generated.js';
@@ -251,7 +252,15 @@ export class SipLLM implements CompletionEngine {
                              calledAt = performance.timeOrigin + performance.now()):
       Promise<{ handle: WorkerHandle; result: LoadResult }> {
     const handle = await WorkerHandle.start();
-    const onAbort = () => void handle.terminate();
+    // The model's first pieces, fetched on this thread while the worker
+    // starts its module (see early-ranges.ts): threaded builds only.
+    const early = 'url' in source && isThreadedBuild(plan.build) && canShareMemory()
+      ? new EarlyFetch(source.url, plan.engineOptions.readTimeoutMs || DEFAULT_READ_TIMEOUT_MS, (message) => handle.post(message))
+      : null;
+    const onAbort = () => {
+      early?.dispose();
+      void handle.terminate();
+    };
     signal?.addEventListener('abort', onAbort, { once: true });
     try {
       // The load goes right behind the init: the worker starts fetching the
@@ -265,13 +274,16 @@ export class SipLLM implements CompletionEngine {
         options: plan.engineOptions,
         warmUpMs: plan.warmUpMs,
         calledAt,
+        early: early?.control ?? null,
       });
+      early?.start(plan.cache !== null);
       if (plan.onProgress !== undefined) handle.listen(id, plan.onProgress);
       // A failed init fails the load too: the init's error is the one to report.
       reply.catch(() => {});
       await init;
       return { handle, result: await reply };
     } catch (error) {
+      early?.dispose();
       await handle.terminate();
       if (signal?.aborted) throw abortError(signal, 'loading');
       throw error;

@@ -4,7 +4,7 @@
 // handled at once. See protocol.ts for the messages.
 
 import { EarlyRanges } from './early-ranges.js';
-import { isNode, isThreadedBuild, nodeImport } from './env.js';
+import { isNode, nodeImport } from './env.js';
 import { loadEngineModule } from './module-loader.js';
 import type { Answer, ByteProgress, EngineEvent, EngineModule, EngineSession, JobOutcome, LiveUnit, Registry } from './module-loader.js';
 import type { CacheLocation, EmbedRequest, EmbedResult, GenerateRequest, LoadRequest, Reply, Request } from './protocol.js';
@@ -19,8 +19,6 @@ const QUERY_STORE_ID = 2;
 const MODEL_BYTES_ID = 1;
 // A cached model's index entry in the store ends so (page_cache.cpp, cache_index_name).
 const CACHE_INDEX_SUFFIX = '.index';
-// The engine's own read timeout when the load options give none (HttpSourceOptions).
-const DEFAULT_READ_TIMEOUT_MS = 30_000;
 // How often the units' states are looked at while a job runs.
 const UNIT_POLL_MS = 100;
 // Bytes arrived this recently: the loader is fetching.
@@ -123,31 +121,35 @@ class EngineWorker {
       this.cancel(request.target);
       return;
     }
+    if (request.type === 'early-file' || request.type === 'early-piece') {
+      this.registry.early?.receive(request);
+      return;
+    }
     if (request.type === 'init') this.build = request.build;
     if (request.type === 'load') this.fetchEarly(request);
     this.queue = this.queue.then(() => this.run(request));
   }
 
   // A load arrives while the module is still being made (the page sends it
-  // right after 'init'): the model's first bytes need not wait for it. Only
-  // the threaded builds take them (host.js, startRange). With a persistent
-  // cache, only when the cache holds no model at all: a cached model must
-  // not cost a request, and which entry is whose is the engine's to say.
+  // right after 'init'), and the caller fetches its first pieces meanwhile
+  // (early-ranges.ts) when it gave `early`. With a persistent cache, only
+  // when the cache holds no model at all: a cached model must not cost a
+  // request, and which entry is whose is the engine's to say. The store is
+  // opened now; the load uses it.
   private fetchEarly(request: LoadRequest): void {
-    if (request.url === undefined || !isThreadedBuild(this.build)) return;
-    if (this.session !== null || this.registry.early !== null) return;  // refused by load() anyway
-    const early = new EarlyRanges(request.url, request.options.readTimeoutMs || DEFAULT_READ_TIMEOUT_MS);
-    this.registry.early = early;
-    if (request.cache === null) {
-      early.start();
+    if (request.url === undefined || request.early === null) return;
+    if (this.session !== null || this.registry.early !== null) {
+      EarlyRanges.refuse(request.early);  // the load is refused anyway
       return;
     }
+    const early = new EarlyRanges(request.url, request.early);
+    this.registry.early = early;
+    if (request.cache === null) return;
     const store = this.openStore(request.cache);
     this.opening = { id: request.id, store };
     store.then((opened) => {
-      const holdsModel = opened.list().some(([name]) => name.endsWith(CACHE_INDEX_SUFFIX));
-      if (this.registry.early === early && !holdsModel) early.start();
-    }, () => {});
+      early.cacheHoldsModel(opened.list().some(([name]) => name.endsWith(CACHE_INDEX_SUFFIX)));
+    }, () => early.cacheHoldsModel(true));
   }
 
   private dropEarly(): void {
