@@ -49,6 +49,11 @@ export interface EarlyFile {
   etag: string;
   lastModified: string;
 }
+export interface EarlyBlocks {
+  type: 'early-blocks';
+  begin: number;  // the transformer blocks' bytes (blockSpan), fetched here in order
+  end: number;
+}
 export interface EarlyPiece {
   type: 'early-piece';
   offset: number;
@@ -63,7 +68,8 @@ const LEADING = 0;  // NOT_LEADING, IS_LEADING, or OFFERING while a piece is bei
 const DISPOSED = 1; // 1 once the worker has no use for any piece
 const CACHE = 2;    // with a persistent cache: 0 unknown yet, 1 holds no model (fetch), 2 holds one
 const OFFERED = 3;  // pieces offered to the worker (each with a message on its way)
-const CONTROL_WORDS = 4;
+const WAITING = 4;  // the engine's requests waiting for block pieces not offered yet
+const CONTROL_WORDS = 5;
 const NOT_LEADING = 0;
 const IS_LEADING = 1;
 const OFFERING = 2;
@@ -121,7 +127,7 @@ export class EarlyFetch {
 
   // `post` hands a message to the worker.
   constructor(readonly url: string, private readonly readTimeoutMs: number,
-              private readonly post: (message: EarlyFile | EarlyPiece) => void) {
+              private readonly post: (message: EarlyFile | EarlyBlocks | EarlyPiece) => void) {
     Atomics.store(this.control, LEADING, IS_LEADING);
   }
 
@@ -197,7 +203,11 @@ export class EarlyFetch {
     const span = blockSpan(layout, total);
     if (span === null) return;
     let next = Math.max(span.begin, sequentialEnd);
-    // Block pieces while there is room, until the blocks end or the engine leads.
+    // The blocks are fetched here, in order, while this leads: the engine
+    // waits for their pieces rather than asking the server itself.
+    this.post({ type: 'early-blocks', begin: next, end: span.end });
+    // Block pieces while there is room (or the engine waits for the next
+    // one), until the blocks end or the engine leads.
     heads.length = 0;
     while (this.leading() && next < span.end) {
       this.prune();
@@ -205,7 +215,7 @@ export class EarlyFetch {
         await Promise.race(this.pieces.filter((p) => this.arriving(p)).map((p) => p.ended));
         continue;
       }
-      if (this.held() + PIECE_BYTES > MAX_HELD_BYTES) {
+      if (this.held() + PIECE_BYTES > MAX_HELD_BYTES && Atomics.load(this.control, WAITING) === 0) {
         await sleep(HELD_POLL_MS);
         continue;
       }
@@ -363,6 +373,7 @@ interface Piece {
 export class EarlyRanges {
   private readonly pieces: Piece[] = [];  // by offset, not overlapping
   private validators: EarlyFile | null = null;
+  private blocks: EarlyBlocks | null = null;
   private received = 0;  // pieces offered and received
   private disposed = false;
 
@@ -370,10 +381,14 @@ export class EarlyRanges {
   constructor(readonly url: string, private readonly control: Int32Array) {}
 
   // From EarlyFetch.
-  receive(message: EarlyFile | EarlyPiece): void {
+  receive(message: EarlyFile | EarlyBlocks | EarlyPiece): void {
     if (this.disposed) return;
     if (message.type === 'early-file') {
       this.validators = message;
+      return;
+    }
+    if (message.type === 'early-blocks') {
+      this.blocks = message;
       return;
     }
     this.received += 1;
@@ -425,6 +440,9 @@ export class EarlyRanges {
     // A range past the end of the file gets what the file has, as from the server.
     if (offset >= this.validators.total) return null;
     length = Math.min(length, this.validators.total - offset);
+    if (this.awaitsBlockPieces(offset, offset + length)) {
+      return this.whenOffered(url, offset, length, timeoutMs, sink, onBytes, fetchRange);
+    }
     const chain = this.chain(offset, offset + length);
     if (chain.length === 0) {
       // Past every piece: from here on the engine leads. (Before them, it
@@ -436,12 +454,54 @@ export class EarlyRanges {
       return null;
     }
     const start = Math.max(offset, chain[0].offset);
+    // The parts the pieces do not hold lie outside the blocks (checked
+    // above while the caller leads): they are fetched beside.
     const last = chain[chain.length - 1];
     const covered = Math.min(offset + length, last.offset + last.length);
-    if (covered < offset + length && this.stopLeading()) {
-      return this.afterOffers(url, offset, length, timeoutMs, sink, onBytes, fetchRange);
-    }
     return this.answer(chain, offset, length, start, covered, timeoutMs, sink, onBytes, fetchRange);
+  }
+
+  // A request for block bytes that the caller's pieces do not cover yet,
+  // while it leads: they will, in order.
+  private awaitsBlockPieces(offset: number, end: number): boolean {
+    const blocks = this.blocks;
+    if (blocks === null) return false;
+    const from = Math.max(offset, blocks.begin);
+    const to = Math.min(end, blocks.end);
+    if (from >= to) return false;
+    if (Atomics.load(this.control, LEADING) === NOT_LEADING || Atomics.load(this.control, DISPOSED) === 1) return false;
+    const chain = this.chain(from, to);
+    if (chain.length === 0 || chain[0].offset > from) return true;
+    const last = chain[chain.length - 1];
+    return last.offset + last.length < to;
+  }
+
+  // Serves a request in the blocks once pieces cover it (or the fetching
+  // ahead has ended). The caller's side goes past its limit on held bytes
+  // while the engine waits, so that a unit longer than that limit comes too.
+  private async whenOffered(url: string, offset: number, length: number, timeoutMs: number, sink: Sink,
+                            onBytes: () => void, fetchRange: FetchRange): Promise<RangeAnswer> {
+    let since = performance.now();
+    let offered = Atomics.load(this.control, OFFERED);
+    Atomics.add(this.control, WAITING, 1);
+    try {
+      while (!this.disposed && (this.received < Atomics.load(this.control, OFFERED) ||
+                                this.awaitsBlockPieces(offset, offset + length))) {
+        const now = Atomics.load(this.control, OFFERED);
+        if (now !== offered) {
+          offered = now;
+          since = performance.now();
+        } else if (performance.now() - since > timeoutMs && this.received >= now) {
+          this.stopLeading();  // no piece offered for that long: the engine leads
+          break;
+        }
+        await sleep(POLL_MS);
+      }
+    } finally {
+      Atomics.sub(this.control, WAITING, 1);
+    }
+    const served = this.serve(url, offset, length, timeoutMs, sink, onBytes, fetchRange);
+    return served ?? fetchRange(url, offset, length, timeoutMs, sink, onBytes);
   }
 
   // Serves the request once every piece offered has been received.

@@ -3,7 +3,7 @@
 // 'error', after any number of 'progress' and 'tokens' events for that id.
 
 import type { EngineGenerateOptions, EngineLoadOptions } from './bridge.generated.js';
-import type { EarlyFile, EarlyPiece } from './early-ranges.js';
+import type { EarlyBlocks, EarlyFile, EarlyPiece } from './early-ranges.js';
 import type { Build, EmbedOptions, GenerationStats, LoadProgress, ModelInfo, Stats } from './types.js';
 
 export type { EngineGenerateOptions };
@@ -72,6 +72,7 @@ export type Request =
   | GrammarRequest
   | { type: 'cancel'; id: number; target: number }
   | (EarlyFile & { id: number })
+  | (EarlyBlocks & { id: number })
   | (EarlyPiece & { id: number })
   | { type: 'tokenize'; id: number; text: string; addSpecial: boolean; parseSpecial: boolean }
   | { type: 'detokenize'; id: number; tokens: number[] }

@@ -121,7 +121,7 @@ class EngineWorker {
       this.cancel(request.target);
       return;
     }
-    if (request.type === 'early-file' || request.type === 'early-piece') {
+    if (request.type === 'early-file' || request.type === 'early-blocks' || request.type === 'early-piece') {
       this.registry.early?.receive(request);
       return;
     }
