@@ -12,16 +12,18 @@
 // would read, waits that long; the caller's thread is free. It writes each
 // piece into a SharedArrayBuffer that the worker sees as it fills.
 // EarlyRanges runs in the worker: host.js (startRange) asks its serve()
-// first, and a request whose first byte lies in a piece is answered from it
-// as its bytes arrive; any part past the pieces is fetched then. The engine
-// knows nothing of either.
+// first, and a request that pieces hold a part of is answered from them as
+// their bytes arrive; the other parts are fetched beside. A request for
+// block bytes that no piece holds yet waits for one: they come in order.
+// The engine knows nothing of either.
 //
-// From the first request that starts past the pieces, the engine leads and
-// no new piece is fetched. Anything unexpected (a status other than 206,
-// another file size or validator, a failed or stalled piece) drops the
-// piece and ends the fetching ahead: the engine's own requests meet the
-// server as it is. With a persistent cache, the fetch starts only once the
-// worker has found no model in the store (worker.ts).
+// The caller leads until the blocks end, or until the engine asks for bytes
+// past every piece outside the blocks (or before the first answer came).
+// Anything unexpected (a status other than 206, another file size or
+// validator, a failed or stalled piece) drops the piece and ends the
+// fetching ahead: the engine's own requests meet the server as it is. With
+// a persistent cache, the fetch starts only once the worker has found no
+// model in the store (worker.ts).
 
 import { blockSpan, NeedMoreBytes, readGgufLayout } from './gguf-layout.js';
 
@@ -59,7 +61,7 @@ export interface EarlyPiece {
   offset: number;
   length: number;
   bytes: SharedArrayBuffer;
-  state: SharedArrayBuffer;  // Int32Array: PIECE_*
+  state: SharedArrayBuffer;  // Int32Array of PIECE_WORDS: ARRIVED, STATUS, TAKEN
   header: boolean;           // read before the tensor table was (the header, the embeddings past it)
 }
 
@@ -121,7 +123,7 @@ interface FetchedPiece {
 
 export class EarlyFetch {
   readonly control = new Int32Array(new SharedArrayBuffer(4 * CONTROL_WORDS));
-  private pieces: FetchedPiece[] = [];
+  private readonly pieces: FetchedPiece[] = [];
   private validators: EarlyFile | null = null;
   private blockPieces = 0;  // block pieces started
 
