@@ -83,45 +83,25 @@ class Reader {
   }
 }
 
-// The metadata, and with `withTensors` where the tensor data starts (the
-// header's size).
-function parseMetadata(bytes, path, withTensors = false) {
+function parseMetadata(bytes, path) {
   const r = new Reader(bytes);
   r.need(4);
   if (Buffer.from(bytes.subarray(0, 4)).toString('latin1') !== 'GGUF') throw new Error(`${path} is not a GGUF file`);
   r.at = 4;
   const version = r.u32();
   if (version < 2) throw new Error(`${path}: GGUF version ${version} is not supported`);
-  const tensorCount = r.u64();
+  r.u64();  // tensor count
   const kvCount = r.u64();
   const kv = new Map();
   for (let i = 0; i < kvCount; ++i) {
     const key = r.string();
     kv.set(key, r.value(r.u32()));
   }
-  if (!withTensors) return kv;
-  for (let i = 0; i < tensorCount; ++i) {
-    r.string();                     // name
-    const dims = r.u32();
-    for (let d = 0; d < dims; ++d) r.u64();
-    r.u32();                        // type
-    r.u64();                        // offset in the data
-  }
-  const alignment = kv.get('general.alignment') ?? 32;
-  return { kv, dataStart: Math.ceil(r.at / alignment) * alignment };
+  return kv;
 }
 
 // The metadata key/values of a GGUF file, reading only as much as they take.
 export async function readGgufMetadata(path) {
-  return readHeader(path, false);
-}
-
-// Where a GGUF file's tensor data starts: the size of its header.
-export async function tensorDataStart(path) {
-  return (await readHeader(path, true)).dataStart;
-}
-
-async function readHeader(path, withTensors) {
   const file = await open(path, 'r');
   try {
     const { size } = await file.stat();
@@ -129,7 +109,7 @@ async function readHeader(path, withTensors) {
       const bytes = Buffer.alloc(length);
       await file.read(bytes, 0, length, 0);
       try {
-        return parseMetadata(bytes, path, withTensors);
+        return parseMetadata(bytes, path);
       } catch (error) {
         if (!(error instanceof OutOfBytes)) throw error;
         if (length === size) throw new Error(`${path}: the metadata runs past the end of the file`);

@@ -56,13 +56,14 @@
 // (build/native/engine/sipllm or $SIPLLM_CLI; built when missing),
 // /usr/bin/chromium (or $CHROMIUM), `npm install` (playwright-core and
 // @wllama/wllama are devDependencies of the repository root).
-import { existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, relative, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
 
 import { chromium } from 'playwright-core';
 
 import { startRangeServer } from '../range-server.mjs';
-import { readVocab, tensorDataStart } from './gguf-vocab.mjs';
+import { readVocab } from './gguf-vocab.mjs';
 import {
   CHROMIUM_ARGS, browserProcesses, cpuSample, fitPrompt, fmt, rendererMemoryBytes, repoRoot, run, withTimeout,
 } from './support.mjs';
@@ -414,6 +415,27 @@ function checkRow(o, row, notes) {
     const generated = [s.generatedTokens, ...s.warmGeneratedTokens];
     if (generated.some((n) => n !== o.genTokens)) {
       notes.push(`${label}: ${engine} generated ${generated.join(', ')} tokens, not ${o.genTokens}`);
+    }
+  }
+}
+
+// Where a GGUF file's tensor data starts (the size of its header), read
+// with the package's own layout reader, the one its early fetch uses.
+async function tensorDataStart(path) {
+  const { readGgufLayout, NeedMoreBytes } = await import(pathToFileURL(join(repoRoot, 'web/dist/gguf-layout.js')).href);
+  const size = statSync(path).size;
+  for (let length = Math.min(size, 4 << 20); ; length = Math.min(size, 2 * length)) {
+    const bytes = new Uint8Array(length);
+    const fd = openSync(path, 'r');
+    try {
+      readSync(fd, bytes, 0, length, 0);
+    } finally {
+      closeSync(fd);
+    }
+    try {
+      return readGgufLayout(bytes).dataStart;
+    } catch (error) {
+      if (!(error instanceof NeedMoreBytes) || length === size) throw error;
     }
   }
 }

@@ -432,11 +432,11 @@ export class EarlyRanges {
     if (this.disposed || url !== this.url || length <= 0) return null;
     // Pieces offered whose message has not been received yet: wait for them.
     if (this.received < Atomics.load(this.control, OFFERED)) {
-      return this.afterOffers(url, offset, length, timeoutMs, sink, onBytes, fetchRange);
+      return this.whenOffered(url, offset, length, timeoutMs, sink, onBytes, fetchRange);
     }
     if (this.validators === null) {
       // The engine is quicker than the first answer: it leads.
-      if (this.stopLeading()) return this.afterOffers(url, offset, length, timeoutMs, sink, onBytes, fetchRange);
+      if (this.stopLeading()) return this.whenOffered(url, offset, length, timeoutMs, sink, onBytes, fetchRange);
       return null;
     }
     // A range past the end of the file gets what the file has, as from the server.
@@ -451,7 +451,7 @@ export class EarlyRanges {
       // reads the embeddings of its prompt, and the fetching goes on.)
       const last = this.pieces[this.pieces.length - 1];
       if ((last === undefined || offset >= last.offset + last.length) && this.stopLeading()) {
-        return this.afterOffers(url, offset, length, timeoutMs, sink, onBytes, fetchRange);
+        return this.whenOffered(url, offset, length, timeoutMs, sink, onBytes, fetchRange);
       }
       return null;
     }
@@ -478,9 +478,10 @@ export class EarlyRanges {
     return last.offset + last.length < to;
   }
 
-  // Serves a request in the blocks once pieces cover it (or the fetching
-  // ahead has ended). The caller's side goes past its limit on held bytes
-  // while the engine waits, so that a unit longer than that limit comes too.
+  // Serves a request once every piece offered has been received and, for
+  // block bytes, once pieces cover them (or the fetching ahead has ended).
+  // The caller's side goes past its limit on held bytes while the engine
+  // waits, so that a unit longer than that limit comes too.
   private async whenOffered(url: string, offset: number, length: number, timeoutMs: number, sink: Sink,
                             onBytes: () => void, fetchRange: FetchRange): Promise<RangeAnswer> {
     let since = performance.now();
@@ -502,14 +503,6 @@ export class EarlyRanges {
     } finally {
       Atomics.sub(this.control, WAITING, 1);
     }
-    const served = this.serve(url, offset, length, timeoutMs, sink, onBytes, fetchRange);
-    return served ?? fetchRange(url, offset, length, timeoutMs, sink, onBytes);
-  }
-
-  // Serves the request once every piece offered has been received.
-  private async afterOffers(url: string, offset: number, length: number, timeoutMs: number, sink: Sink,
-                            onBytes: () => void, fetchRange: FetchRange): Promise<RangeAnswer> {
-    while (!this.disposed && this.received < Atomics.load(this.control, OFFERED)) await sleep(POLL_MS);
     const served = this.serve(url, offset, length, timeoutMs, sink, onBytes, fetchRange);
     return served ?? fetchRange(url, offset, length, timeoutMs, sink, onBytes);
   }

@@ -44,8 +44,8 @@ class Reader {
   }
 
   // Two 32-bit halves rather than a BigInt: a vocabulary's header holds
-  // hundreds of thousands of string lengths, and this runs while the worker
-  // is busy starting the module.
+  // hundreds of thousands of string lengths, read while the module starts
+  // and the cores are busy.
   u64(): number {
     this.skip(8);
     const low = this.view.getUint32(this.at - 8, true);
