@@ -483,6 +483,16 @@ class EngineWorker {
     this.progress = { ...this.progress, units };
     // Once every unit has arrived, the whole model has.
     if (!this.readySent && this.progress.total > 0 && this.arrived.every(Boolean)) {
+      // The engine posts its byte reports from its own thread: the units can
+      // all be in (the first pieces were fetched ahead) before this thread
+      // has seen a report past the header. The phase they came through is
+      // reported first all the same.
+      if (this.progress.phase === 'header') {
+        const source = unwrap(session.stats()).source;
+        const cached = (source?.bytesFetched ?? 0) === 0 && (source?.bytesFromCache ?? 0) > 0;
+        this.progress = { ...this.progress, phase: cached ? 'cached' : 'weights' };
+        this.postProgress();
+      }
       this.readySent = true;
       this.progress = { ...this.progress, phase: 'ready', loaded: this.progress.total };
     } else if (!changed) {

@@ -214,7 +214,9 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
   for (int b = 0; b < n_blocks; ++b) {
     const uint8_t* block[4];
     for (int i = 0; i < 4; ++i) block[i] = tile.row[i] + static_cast<size_t>(b) * F::kBytes;
-    if (kPositions == 1) tile.prefetch_ahead(static_cast<size_t>(b) * F::kBytes, F::kBytes);
+    if (kPositions == 1) {
+      for (int i = 0; i < 4; ++i) tile.prefetch_ahead(i, static_cast<size_t>(b) * F::kBytes, F::kBytes);
+    }
     // The four rows' fp16 scales (and minimums), converted together.
     const v128_t dw4 = simd::fp16x4_to_f32x4(wasm_i32x4_make(F::scale_bits(block[0]), F::scale_bits(block[1]),
                                                              F::scale_bits(block[2]), F::scale_bits(block[3])));

@@ -279,49 +279,100 @@ inline v128_t dot_b(const Scales& s, const int32_t* xsums) {
                         wasm_i32x4_mul(simd::load(s.min + 4), simd::load(xsums + 4)));
 }
 
-// kPositions is 1 or even.
+// The four rows' fp16 values at `bits`, converted together.
+template <uint16_t (*kBits)(const uint8_t*)>
+inline v128_t four_halves(const uint8_t* const block[4]) {
+  return simd::fp16x4_to_f32x4(wasm_i32x4_make(kBits(block[0]), kBits(block[1]), kBits(block[2]), kBits(block[3])));
+}
+
+// The four rows' scales of a block: d and dmin in lane i are row i's.
+template <class F>
+struct BlockScales {
+  v128_t d, dmin;
+  explicit BlockScales(const uint8_t* const block[4])
+      : d(four_halves<F::d_bits>(block)),
+        dmin(F::kHasMin ? four_halves<F::dmin_bits>(block) : wasm_f32x4_splat(0.0f)) {}
+};
+
+// The block's term for one position added to acc: a4's and b4's lane i are
+// row i's A and B.
+template <class F>
+inline v128_t accumulate_block(v128_t acc, v128_t a4, v128_t b4, const BlockScales<F>& scales, float d_x) {
+  const v128_t dx = wasm_f32x4_splat(d_x);
+  v128_t term = wasm_f32x4_mul(wasm_f32x4_convert_i32x4(a4), wasm_f32x4_mul(scales.d, dx));
+  if (F::kHasMin) {
+    term = wasm_f32x4_sub(term, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(b4), wasm_f32x4_mul(scales.dmin, dx)));
+  }
+  return wasm_f32x4_add(acc, term);
+}
+
+// Several positions (prefill), an even number: each block of four rows is
+// unpacked once, scaled, and serves them all.
 template <class F, int kPositions>
 void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0, v128_t acc[kPositions]) {
-  static_assert(kPositions == 1 || kPositions % 2 == 0, "positions go in pairs");
+  static_assert(kPositions % 2 == 0, "positions go in pairs");
   for (int j = 0; j < kPositions; ++j) acc[j] = wasm_f32x4_splat(0.0f);
   Scales s[4];
-  alignas(16) int16_t scaled[kPositions > 1 ? 4 : 1][kQK_K];
+  alignas(16) int16_t scaled[4][kQK_K];
   for (int b = 0; b < n_blocks; ++b) {
     const uint8_t* block[4];
-    if (kPositions == 1) tile.prefetch_ahead(static_cast<size_t>(b) * F::kBytes, F::kBytes);
     for (int i = 0; i < 4; ++i) {
       block[i] = tile.row[i] + static_cast<size_t>(b) * F::kBytes;
       F::decode_scales(block[i], &s[i]);
-      if (kPositions > 1) unpack_scaled<F>(block[i], s[i], scaled[i]);
+      unpack_scaled<F>(block[i], s[i], scaled[i]);
     }
-    const v128_t d4 = simd::fp16x4_to_f32x4(
-        wasm_i32x4_make(F::d_bits(block[0]), F::d_bits(block[1]), F::d_bits(block[2]), F::d_bits(block[3])));
-    const v128_t dmin4 = simd::fp16x4_to_f32x4(
-        wasm_i32x4_make(F::dmin_bits(block[0]), F::dmin_bits(block[1]), F::dmin_bits(block[2]), F::dmin_bits(block[3])));
-    // A of each position: in pairs from the scaled rows, or fused for one.
+    const BlockScales<F> scales(block);
     v128_t a4[kPositions];
-    if (kPositions > 1) {
-      for (int j = 0; j + 1 < kPositions; j += 2) {
-        dot_a_scaled_2(scaled, x.q_row(p0 + j) + b * kQK_K, x.q_row(p0 + j + 1) + b * kQK_K, &a4[j]);
-      }
-    } else {
-      const int16_t* x16 = x.q_row(p0) + b * kQK_K;
-      const int8_t* x8 = x.q8_row(p0) + b * kQK_K;
-      const int32_t* xs16 = x.sums16_row(p0) + b * (kQK_K / 16);
-      a4[0] = simd::transpose_sum_i32(
-          dot_a_fused<F>(block[0], s[0], x16, x8, xs16), dot_a_fused<F>(block[1], s[1], x16, x8, xs16),
-          dot_a_fused<F>(block[2], s[2], x16, x8, xs16), dot_a_fused<F>(block[3], s[3], x16, x8, xs16));
+    for (int j = 0; j + 1 < kPositions; j += 2) {
+      dot_a_scaled_2(scaled, x.q_row(p0 + j) + b * kQK_K, x.q_row(p0 + j + 1) + b * kQK_K, &a4[j]);
     }
     for (int j = 0; j < kPositions; ++j) {
-      const v128_t dx = wasm_f32x4_splat(x.d_row(p0 + j)[b]);
-      v128_t term = wasm_f32x4_mul(wasm_f32x4_convert_i32x4(a4[j]), wasm_f32x4_mul(d4, dx));
+      v128_t b4 = wasm_i32x4_splat(0);
       if (F::kHasMin) {
         const int32_t* xs = x.sums_row(p0 + j) + b * (kQK_K / 32);
-        const v128_t bsum = wasm_f32x4_convert_i32x4(
-            simd::transpose_sum_i32(dot_b(s[0], xs), dot_b(s[1], xs), dot_b(s[2], xs), dot_b(s[3], xs)));
-        term = wasm_f32x4_sub(term, wasm_f32x4_mul(bsum, wasm_f32x4_mul(dmin4, dx)));
+        b4 = simd::transpose_sum_i32(dot_b(s[0], xs), dot_b(s[1], xs), dot_b(s[2], xs), dot_b(s[3], xs));
       }
-      acc[j] = wasm_f32x4_add(acc[j], term);
+      acc[j] = accumulate_block<F>(acc[j], a4[j], b4, scales, x.d_row(p0 + j)[b]);
+    }
+  }
+}
+
+// One position (decode), the same sums in the same order: the four rows are
+// read one after the other, each whole, so that the tile's bytes (the four
+// rows are adjacent) are one ascending stream, which the hardware prefetchers
+// follow. (Read in step, block by block, they are four streams, and without
+// a prefetch instruction, as in WebAssembly, the kernel waited on memory.)
+// Each block's integer sums wait in `a` and `b` until the four rows' ones are
+// combined.
+template <class F>
+void dot_rows4_one(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p, v128_t acc[1]) {
+  constexpr int kChunk = 32;  // blocks per pass: 4 KB of sums
+  v128_t a[kChunk][4], b[kChunk][4];
+  const int16_t* x16 = x.q_row(p);
+  const int8_t* x8 = x.q8_row(p);
+  const int32_t* xs16 = x.sums16_row(p);
+  const int32_t* xs = x.sums_row(p);
+  acc[0] = wasm_f32x4_splat(0.0f);
+  Scales s;
+  for (int first = 0; first < n_blocks; first += kChunk) {
+    const int count = n_blocks - first < kChunk ? n_blocks - first : kChunk;
+    for (int i = 0; i < 4; ++i) {
+      for (int c = 0; c < count; ++c) {
+        const int blk = first + c;
+        tile.prefetch_ahead(i, static_cast<size_t>(blk) * F::kBytes, F::kBytes);
+        const uint8_t* block = tile.row[i] + static_cast<size_t>(blk) * F::kBytes;
+        F::decode_scales(block, &s);
+        a[c][i] = dot_a_fused<F>(block, s, x16 + blk * kQK_K, x8 + blk * kQK_K, xs16 + blk * (kQK_K / 16));
+        if (F::kHasMin) b[c][i] = dot_b(s, xs + blk * (kQK_K / 32));
+      }
+    }
+    for (int c = 0; c < count; ++c) {
+      const int blk = first + c;
+      const uint8_t* block[4];
+      for (int i = 0; i < 4; ++i) block[i] = tile.row[i] + static_cast<size_t>(blk) * F::kBytes;
+      const v128_t b4 = F::kHasMin ? simd::transpose_sum_i32(b[c][0], b[c][1], b[c][2], b[c][3]) : wasm_i32x4_splat(0);
+      acc[0] = accumulate_block<F>(acc[0], simd::transpose_sum_i32(a[c][0], a[c][1], a[c][2], a[c][3]), b4,
+                                   BlockScales<F>(block), x.d_row(p)[blk]);
     }
   }
 }
@@ -334,7 +385,7 @@ void rows_simd(const WeightMatrix& w, int row_begin, int row_end, const Activati
   for_each_row_tile<4>(
       w, row_begin, row_end, x.n_positions, y, y_stride,
       [&](const RowTile& tile, int p, v128_t* acc) { dot_rows4<F, 4>(tile, n_blocks, q, p, acc); },
-      [&](const RowTile& tile, int p, v128_t* acc) { dot_rows4<F, 1>(tile, n_blocks, q, p, acc); });
+      [&](const RowTile& tile, int p, v128_t* acc) { dot_rows4_one<F>(tile, n_blocks, q, p, acc); });
 }
 
 // ---- The scalar reference ------------------------------------------------------

@@ -15,8 +15,8 @@ namespace sipllm {
 // Four rows of a matrix, and the rows simd::prefetch_rows_ahead() further on
 // to prefetch while they are read. A matrix-vector product (one position)
 // reads each row once, so it prefetches as it goes: its kernel calls
-// prefetch_ahead() for each block it reads, and the prefetches spread over the
-// computation. (Issued in a burst per tile, they queued on the core's few
+// prefetch_ahead() for each block of a row it reads, and the prefetches spread
+// over the computation. (Issued in a burst per tile, they queued on the core's few
 // outstanding-miss slots and stalled the kernel: native one-thread decode ran
 // at 55-75 % of the speed it has this way.) Several positions reuse the rows
 // from cache: there the burst costs little, and the tile's kernel, called
@@ -26,14 +26,12 @@ struct RowTile {
   const uint8_t* row[4];
   const uint8_t* ahead[4];  // nullptr: nothing to prefetch (past the matrix, or prefetched already)
 
-  // Prefetches bytes [offset, offset + length) of the rows ahead (length at
-  // most a few cache lines: one block).
-  void prefetch_ahead(size_t offset, size_t length) const {
+  // Prefetches bytes [offset, offset + length) of the row ahead of row i
+  // (length at most a few cache lines: one block).
+  void prefetch_ahead(int i, size_t offset, size_t length) const {
     if constexpr (!simd::kPrefetchNeverWaits) return;  // the tile prefetched in a burst
-    for (int i = 0; i < 4; ++i) {
-      if (ahead[i] == nullptr) continue;
-      for (size_t at = 0; at < length; at += 64) simd::prefetch(ahead[i] + offset + at);
-    }
+    if (ahead[i] == nullptr) return;
+    for (size_t at = 0; at < length; at += 64) simd::prefetch(ahead[i] + offset + at);
   }
 };
 
