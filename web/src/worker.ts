@@ -486,10 +486,10 @@ class EngineWorker {
       // The engine posts its byte reports from its own thread: the units can
       // all be in (the first pieces were fetched ahead) before this thread
       // has seen a report past the header. The phase they came through is
-      // reported first all the same.
+      // reported first all the same, as the header's came (the engine's
+      // counters cannot be read while it works).
       if (this.progress.phase === 'header') {
-        const source = unwrap(session.stats()).source;
-        const cached = (source?.bytesFetched ?? 0) === 0 && (source?.bytesFromCache ?? 0) > 0;
+        const cached = this.progress.fetched === 0 && this.progress.fromCache > 0;
         this.progress = { ...this.progress, phase: cached ? 'cached' : 'weights' };
         this.postProgress();
       }
