@@ -485,6 +485,11 @@ void LayerLoader::worker_loop() {
     lock.lock();
     if (generation != generation_) {
       slot->state = SlotState::kFree;  // reset() happened meanwhile: discard
+    } else if (!error.empty() && kind == ErrorKind::kAborted) {
+      // Cancelled: nothing is wrong with the unit. Freed, it is loaded again
+      // when a later request wants it; marked failed, that request would get
+      // this cancellation as its error.
+      slot->state = SlotState::kFree;
     } else if (!error.empty()) {
       slot->state = SlotState::kFailed;
       slot->error = error;
