@@ -550,42 +550,48 @@ INSTANTIATE_TEST_SUITE_P(LoadThreads, LoaderStress, ::testing::Values(1, 2, 3),
                            return std::to_string(info.param) + "_load_threads";
                          });
 
+// A slow source (2 MB/s: every 64 KiB piece takes ~33 ms) that, once armed,
+// cancels `engine` from inside the read that reaches `tensor`.
+struct CancellingSource {
+  std::atomic<Engine*> engine{nullptr};
+  std::atomic<bool> armed{false};
+  std::atomic<bool> cancelled{false};
+  std::atomic<uint64_t> reads_after_cancel{0};
+
+  std::unique_ptr<WeightSource> make(const std::vector<uint8_t>& bytes, const char* tensor) {
+    auto probe_source = make_memory_source(bytes);
+    const uint64_t cancel_offset = GgufFile::parse(*probe_source).find_tensor(tensor)->offset;
+    ThrottleOptions slow;
+    slow.bandwidth_mb_per_s = 2;
+    return std::make_unique<HookedSource>(
+        make_throttled_source(make_memory_source(bytes), slow), [this, cancel_offset](uint64_t offset, size_t length) {
+          if (cancelled) ++reads_after_cancel;
+          if (armed && offset <= cancel_offset && cancel_offset < offset + length) {
+            armed = false;
+            cancelled = true;
+            engine.load()->cancel();
+          }
+        });
+  }
+};
+
 TEST(Streaming, CancellationMidStreamReturnsAndTheEngineStaysUsable) {
   const std::vector<uint8_t> bytes = test::random_llama_bytes("tiny", TensorType::kF32);
-  Engine* engine_ptr = nullptr;
-  std::atomic<bool> armed{false};  // armed once the header has been read
-  std::atomic<uint64_t> reads_after_cancel{0};
-  std::atomic<bool> cancelled{false};
-  uint64_t cancel_offset = 0;
-  {
-    auto probe_source = make_memory_source(bytes);
-    const GgufFile file = GgufFile::parse(*probe_source);
-    cancel_offset = file.find_tensor("blk.2.ffn_up.weight")->offset;
-  }
-  ThrottleOptions slow;
-  slow.bandwidth_mb_per_s = 2;  // every 64 KiB piece takes ~33 ms
-  auto source = std::make_unique<HookedSource>(
-      make_throttled_source(make_memory_source(bytes), slow), [&](uint64_t offset, size_t length) {
-        if (cancelled) ++reads_after_cancel;
-        // Cancel from inside the loader as the prefetch thread reaches block 2.
-        if (armed && offset <= cancel_offset && cancel_offset < offset + length) {
-          armed = false;
-          cancelled = true;
-          engine_ptr->cancel();
-        }
-      });
+  // Cancelled from inside the loader as the prefetch thread reaches block 2.
+  CancellingSource cancelling;
+  auto source = cancelling.make(bytes, "blk.2.ffn_up.weight");
   EngineOptions options;
   options.loader.memory_budget = 0;
   options.loader.read_chunk_bytes = 1 << 16;
   auto engine = Engine::open(std::move(source), options);
-  engine_ptr = engine.get();
-  armed = true;
+  cancelling.engine = engine.get();
+  cancelling.armed = true;  // once the header has been read
   const GenerationStats stats = engine->generate_tokens({1, 20, 30, 40}, test::greedy(10),
                                                         [](const TokenEvent&) { return true; });
   EXPECT_EQ(stats.stop_reason, StopReason::kCancelled);
   EXPECT_EQ(stats.generated_tokens, 0);
   EXPECT_LT(stats.loader.bytes_read, sum_unit_bytes(stats.loader));  // not even one pass
-  EXPECT_LE(reads_after_cancel.load(), 2u);  // the piece in flight, at most
+  EXPECT_LE(cancelling.reads_after_cancel.load(), 2u);  // the piece in flight, at most
   EXPECT_TRUE(engine->cached_tokens().empty());
 
   // The next request works and matches an engine that was never cancelled.
@@ -600,32 +606,15 @@ TEST(Streaming, CancellationMidStreamReturnsAndTheEngineStaysUsable) {
 // cancellation as its error.
 TEST(Streaming, CancellationWhileLoadingAheadLeavesTheUnitLoadableAgain) {
   const std::vector<uint8_t> bytes = test::random_llama_bytes("tiny", TensorType::kF32);
-  std::atomic<Engine*> engine_ptr{nullptr};
-  std::atomic<bool> armed{false};
-  std::atomic<bool> cancelled{false};
-  uint64_t cancel_offset = 0;
-  {
-    auto probe_source = make_memory_source(bytes);
-    const GgufFile file = GgufFile::parse(*probe_source);
-    cancel_offset = file.find_tensor("blk.2.ffn_up.weight")->offset;
-  }
-  ThrottleOptions slow;
-  slow.bandwidth_mb_per_s = 2;
-  auto source = std::make_unique<HookedSource>(
-      make_throttled_source(make_memory_source(bytes), slow), [&](uint64_t offset, size_t length) {
-        if (armed && offset <= cancel_offset && cancel_offset < offset + length) {
-          armed = false;
-          engine_ptr.load()->cancel();
-          cancelled = true;
-        }
-      });
+  CancellingSource cancelling;
+  auto source = cancelling.make(bytes, "blk.2.ffn_up.weight");
   EngineOptions options;
   options.loader.read_chunk_bytes = 1 << 16;
   options.loader.prefetch_on_open = true;
   auto engine = Engine::open(std::move(source), options);
-  engine_ptr = engine.get();
-  armed = true;  // block 2 comes later: every 64 KiB piece takes ~33 ms
-  while (!cancelled) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  cancelling.engine = engine.get();
+  cancelling.armed = true;  // block 2 comes later
+  while (!cancelling.cancelled) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   // The loader sees the cancel before its next piece, ~33 ms on. The next
   // request clears the cancel: made sooner, it lets the load go on, and
   // this test checks nothing (it cannot fail for that).
