@@ -294,11 +294,16 @@ int run_bench(const CommonOptions& common, const BenchOptions& bench) {
     if (!bench.sweep_budget) {
       const GenerationStats s = run_once(*engine, bench);
       // The first prefill loads the weights as it goes (the time to the
-      // first token); the second has what stayed resident: its compute
-      // alone when everything did, which is what a peer that maps the file
-      // before its timer starts reports.
-      const GenerationStats again = run_once(*engine, bench);
-      print_report(s, &again, *engine, common);
+      // first token). When they all stayed resident, a second one is their
+      // compute alone, which is what a peer that maps the file before its
+      // timer starts reports; with streamed units it would only stream them
+      // again.
+      if (s.loader.streamed_units == 0) {
+        const GenerationStats again = run_once(*engine, bench);
+        print_report(s, &again, *engine, common);
+      } else {
+        print_report(s, nullptr, *engine, common);
+      }
       return 0;
     }
   }

@@ -8,11 +8,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <mutex>
-#include <chrono>
 #include <thread>
 
 #include "model/gguf.h"
