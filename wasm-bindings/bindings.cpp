@@ -15,10 +15,12 @@
 //   s.close() -> the 'closed' event once the model is freed; then s.delete()
 //   Module.listCachedModels(storeId), Module.deleteCachedModel(storeId, url)
 //   Module.jsonSchemaToGrammar(schemaText), Module.jsonObjectGrammar() -> GBNF text
+//   Module.runQueuedCalls() runs what the engine's threads queued for this thread
 //
 // Calls answered at once return {value} or {error: {kind, message}}.
 #include <emscripten/bind.h>
 #include <emscripten/heap.h>
+#include <emscripten/threading.h>
 #include <emscripten/val.h>
 
 #include <cctype>
@@ -458,6 +460,18 @@ val json_object_grammar_js() {
   return answer([&] { return val(json_object_grammar()); });
 }
 
+// The engine's threads reach this one through Emscripten's queue of calls
+// (the events, the range requests), which announces itself with a single
+// message when it turns non-empty; a handler that threw or a message that
+// went astray would leave every later call waiting. The worker also runs the
+// queue from its poll while a job runs, so a job never depends on that
+// message alone.
+void run_queued_calls() {
+#if SIPLLM_WASM_THREADS
+  emscripten_main_thread_process_queued_calls();
+#endif
+}
+
 }  // namespace
 }  // namespace sipllm::wasm
 
@@ -487,5 +501,6 @@ EMSCRIPTEN_BINDINGS(sipllm) {
   emscripten::function("deleteCachedModel", &delete_cached_model_js);
   emscripten::function("jsonSchemaToGrammar", &json_schema_to_grammar_js);
   emscripten::function("jsonObjectGrammar", &json_object_grammar_js);
+  emscripten::function("runQueuedCalls", &run_queued_calls);
   emscripten::constant("threaded", static_cast<bool>(SIPLLM_WASM_THREADS));
 }

@@ -331,6 +331,11 @@ Module['sipllmHost'] = (function () {
   }
 
   // ---- Main runtime thread objects -------------------------------------------------------
+  //
+  // The functions below run from Emscripten's queue of calls proxied to this
+  // thread. None may throw: an exception out of a queued call leaves the
+  // queue marked as being run, for good, and every later event and request
+  // of the engine would wait.
 
   function registry() {
     var r = Module['sipllmRegistry'];
@@ -388,16 +393,28 @@ Module['sipllmHost'] = (function () {
       }
     },
     bytesRead: function (id, offset, dst, length) {
-      var bytes = registry().bytes.get(id);
-      if (!bytes || offset + length > bytes.length) return 0;
-      heapView(dst, length).set(bytes.subarray(offset, offset + length));
-      return 1;
+      try {
+        var bytes = registry().bytes.get(id);
+        if (!bytes || offset + length > bytes.length) return 0;
+        heapView(dst, length).set(bytes.subarray(offset, offset + length));
+        return 1;
+      } catch (error) {
+        return 0;
+      }
     },
     bytesRelease: function (id) {
-      registry().bytes.delete(id);
+      try {
+        registry().bytes.delete(id);
+      } catch (error) {
+        console.error('sipllm: releasing byte buffer ' + id + ' failed: ' + describeError(error));
+      }
     },
     event: function (sessionId, kind, data) {
-      registry().onEvent(sessionId, kind, data);
+      try {
+        registry().onEvent(sessionId, kind, data);
+      } catch (error) {
+        console.error('sipllm: the ' + kind + ' event handler failed: ' + describeError(error));
+      }
     },
   };
 })();

@@ -252,7 +252,11 @@ class EngineWorker {
       this.job = { id, resolve };
     });
     this.updateUnits();
-    const poll = setInterval(() => this.updateUnits(), UNIT_POLL_MS);
+    const module = this.engine();
+    const poll = setInterval(() => {
+      module.runQueuedCalls();
+      this.updateUnits();
+    }, UNIT_POLL_MS);
     let outcome: JobOutcome;
     try {
       const answer = start();
@@ -421,7 +425,13 @@ class EngineWorker {
     const job = this.job;
     this.sendTokens(session);
     if (kind === 'done' && job !== null) {
-      job.resolve(session.takeResult());
+      let outcome: JobOutcome;
+      try {
+        outcome = session.takeResult();
+      } catch (error) {
+        outcome = { ok: false, error: { kind: 'internal', message: `the job's result could not be read: ${String(error)}` } };
+      }
+      job.resolve(outcome);
     } else if (job !== null && this.cancelFlag !== null && Atomics.load(this.cancelFlag, 0) === job.id) {
       // The page cannot reach a busy single-thread worker by message.
       this.cancel(job.id);
