@@ -93,6 +93,29 @@ GenerationStats run_once(Engine& engine, const BenchOptions& bench) {
                                 [](const TokenEvent&) { return true; });
 }
 
+// Where a phase's time went, per step (a token of decode, a prompt token of
+// prefill): in the loops the threads share, waiting for the last of them, and
+// on one thread. From a run with several threads, a model of more: the work in
+// the loops split evenly, the time on one thread unchanged, each loop's wait as
+// measured. What the model leaves out (memory bandwidth, which decode reaches
+// first, and a wait that grows with more threads) only lowers its figures.
+void print_parallel(const char* phase, const ParallelTime& p, double phase_ms, int steps, int threads) {
+  if (steps <= 0 || phase_ms <= 0) return;
+  const double serial_ms = std::max(0.0, phase_ms - p.loop_ms);
+  std::printf("  %-13s %5.0f loops/step, %8.3f ms/step in them (%.3f waiting for the last thread), "
+              "%.3f ms/step on one thread (%.0f%%)\n",
+              phase, static_cast<double>(p.loops) / steps, p.loop_ms / steps, p.wait_ms / steps, serial_ms / steps,
+              100.0 * serial_ms / phase_ms);
+  if (threads < 2 || p.loops == 0) return;
+  const double work_ms = (p.loop_ms - p.wait_ms) * threads;
+  const double wait_per_loop_ms = p.wait_ms / static_cast<double>(p.loops);
+  std::printf("  %-13s model, steps/s:", "");
+  for (int n : {1, 2, 4, 8, 16}) {
+    const double ms = serial_ms + work_ms / n + (n > 1 ? wait_per_loop_ms * static_cast<double>(p.loops) : 0.0);
+    std::printf(" %d threads %.1f%s", n, 1e3 * steps / ms, n == 16 ? "\n" : ",");
+  }
+}
+
 // `again`: the same request run a second time, or nullptr.
 void print_report(const GenerationStats& s, const GenerationStats* again, const Engine& engine,
                   const CommonOptions& common) {
@@ -142,6 +165,12 @@ void print_report(const GenerationStats& s, const GenerationStats* again, const 
               threads);
   if (threads > 1) std::printf("; %.2f GB/s with 1 thread", read_bytes_per_s(1) / 1e9);
   std::printf("\n");
+  std::printf("threads           %d; where the time went:\n", threads);
+  // The first prefill waits for weights to arrive: that wait is not a part that runs on one thread.
+  const GenerationStats& prefill = again != nullptr ? *again : s;
+  print_parallel(again != nullptr ? "prefill again" : "prefill", prefill.prefill_parallel, prefill.prompt_ms,
+                 prefill.prompt_tokens - prefill.reused_tokens, threads);
+  print_parallel("decode", s.decode_parallel, s.decode_ms, s.generated_tokens - 1, threads);
   std::printf("weights in memory resident %.3f MB (%d units), ring %.3f MB (%d streamed units), peak %.3f MB\n",
               mb(l.resident_bytes), l.resident_units, mb(l.ring_bytes), l.streamed_units,
               mb(l.peak_weight_bytes));

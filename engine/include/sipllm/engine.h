@@ -184,6 +184,17 @@ struct LoaderStats {
   double timeline_origin_ms = 0;
 };
 
+// The loops a phase splits between the compute threads, seen from the
+// thread that opens them: how many, the time in them, and of that the time
+// spent waiting for the other threads' last chunks. The rest of the phase
+// runs on one thread whatever the thread count. With one thread, loop_ms is
+// the work that more threads would share; with more, what sharing costs.
+struct ParallelTime {
+  uint64_t loops = 0;
+  double loop_ms = 0;
+  double wait_ms = 0;
+};
+
 struct GenerationStats {
   int prompt_tokens = 0;    // tokens of the prompt
   int reused_tokens = 0;    // of those, already in the KV cache
@@ -203,6 +214,8 @@ struct GenerationStats {
   uint64_t decode_bytes_read = 0;
   size_t kv_cache_bytes = 0;
   LoaderStats loader;  // this request's loader counters
+  ParallelTime prefill_parallel;
+  ParallelTime decode_parallel;
 };
 
 struct Hyperparameter {

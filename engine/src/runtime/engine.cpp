@@ -28,6 +28,10 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
+ParallelTime parallel_since(const ParallelTime& before, const ParallelTime& after) {
+  return {after.loops - before.loops, after.loop_ms - before.loop_ms, after.wait_ms - before.wait_ms};
+}
+
 ModelInfo describe(const GgufFile& gguf, const ModelDescription& model, const Tokenizer& tokenizer) {
   ModelInfo info;
   info.architecture = model.architecture;
@@ -125,6 +129,7 @@ class EngineImpl final : public Engine {
     GenerationStats stats;
     stats.prompt_tokens = static_cast<int>(prompt.size());
     begin_request();
+    const ParallelTime parallel_at_start = pool_.time();
 
     // While the head computes the prompt's logits, the loader may already
     // fetch block 0 for the first decode step.
@@ -134,6 +139,8 @@ class EngineImpl final : public Engine {
     if (stats.stop_reason == StopReason::kCancelled) return finish(stats);
     stats.prompt_ms = ms_since(start);
     stats.prefill_bytes_read = loader_.stats().bytes_consumed;
+    const ParallelTime parallel_at_decode = pool_.time();
+    stats.prefill_parallel = parallel_since(parallel_at_start, parallel_at_decode);
 
     TextDecoder decoder(*tokenizer_);
     for (int32_t t : prompt) decoder.push(t);  // context for spacing and split characters
@@ -188,6 +195,7 @@ class EngineImpl final : public Engine {
       if (!tail.empty()) on_token(TokenEvent{-1, tail});
     }
     stats.decode_ms = ms_since(decode_start);
+    stats.decode_parallel = parallel_since(parallel_at_decode, pool_.time());
     return finish(stats);
   }
 

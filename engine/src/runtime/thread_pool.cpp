@@ -56,8 +56,15 @@ void ThreadPool::parallel_for(size_t n, size_t grain, const RangeFn& fn) {
   if (n == 0) return;
   grain = std::max<size_t>(grain, 1);
   const size_t chunks = (n + grain - 1) / grain;
-  if (workers_.empty() || chunks == 1) {
+  if (chunks == 1) {
     fn(0, n, 0);
+    return;
+  }
+  const auto loop_start = std::chrono::steady_clock::now();
+  if (workers_.empty()) {
+    fn(0, n, 0);
+    const auto end = std::chrono::steady_clock::now();
+    add_loop_time(loop_start, end, end);
     return;
   }
   fn_ = &fn;
@@ -93,6 +100,14 @@ void ThreadPool::parallel_for(size_t n, size_t grain, const RangeFn& fn) {
     }
   }
   fn_ = nullptr;
+  add_loop_time(loop_start, start, std::chrono::steady_clock::now());
+}
+
+void ThreadPool::add_loop_time(Clock::time_point start, Clock::time_point own_chunks_done,
+                               Clock::time_point end) {
+  time_.loops += 1;
+  time_.loop_ms += std::chrono::duration<double, std::milli>(end - start).count();
+  time_.wait_ms += std::chrono::duration<double, std::milli>(end - own_chunks_done).count();
 }
 
 bool ThreadPool::wait_for_loop(uint64_t seen, uint64_t* loop) {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +22,8 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "sipllm/engine.h"
 
 namespace sipllm {
 
@@ -46,14 +49,21 @@ class ThreadPool {
   // Workers currently parked (asleep on the condition variable).
   int parked_workers() const { return parked_.load(); }
 
+  // The calling thread's time in loops of more than one chunk since the pool
+  // was made (ParallelTime in engine.h says what it is for).
+  ParallelTime time() const { return time_; }
+
  private:
   void worker_loop(int index);
   // Claims and runs chunks of the current loop until none are left.
   void run_chunks(int index);
   // Waits for a loop newer than `seen`; false when the pool is stopping.
   bool wait_for_loop(uint64_t seen, uint64_t* loop);
+  using Clock = std::chrono::steady_clock;
+  void add_loop_time(Clock::time_point start, Clock::time_point own_chunks_done, Clock::time_point end);
 
   std::vector<std::thread> workers_;
+  ParallelTime time_;  // written by the calling thread alone
 
   // The current loop. Written by the caller before it opens the loop (a
   // release store of open_loop_), read by workers that joined it.

@@ -89,6 +89,25 @@ TEST(ThreadPool, ManyBackToBackLoopsAddUp) {
   EXPECT_EQ(total.load(), expected);
 }
 
+TEST(ThreadPool, TimesTheLoopsThreadsShareAndOnlyThose) {
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    const auto sleep_per_chunk = [](size_t, size_t, int) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };
+    pool.parallel_for(10, 10, sleep_per_chunk);  // one chunk: a part that never splits
+    EXPECT_EQ(pool.time().loops, 0u);
+    EXPECT_EQ(pool.time().loop_ms, 0.0);
+    pool.parallel_for(4, 1, sleep_per_chunk);
+    pool.parallel_for(4, 2, sleep_per_chunk);
+    const ParallelTime t = pool.time();
+    EXPECT_EQ(t.loops, 2u) << threads << " threads";
+    // The caller made at least one call of each loop (one for the whole loop, alone).
+    EXPECT_GE(t.loop_ms, 4.0);
+    EXPECT_GE(t.wait_ms, 0.0);
+    EXPECT_LE(t.wait_ms, t.loop_ms);
+    if (threads == 1) EXPECT_EQ(t.wait_ms, 0.0);  // nobody to wait for
+  }
+}
+
 TEST(ThreadPool, IdleWorkersParkAndWakeForTheNextLoop) {
   ThreadPool pool(3);
   std::atomic<int> sum{0};
