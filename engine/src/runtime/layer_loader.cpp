@@ -224,7 +224,7 @@ void LayerLoader::claim(uint64_t bytes) {
     }
   }
   reserved_ += bytes;
-  changed_.notify_all();
+  wake_all();
 }
 
 void LayerLoader::unclaim(uint64_t bytes) {
@@ -294,7 +294,7 @@ void LayerLoader::stop_workers() {
     stopping_ = true;
     cancelled_ = true;
   }
-  changed_.notify_all();
+  wake_all();
   for (std::thread& worker : workers_) worker.join();
   workers_.clear();
 }
@@ -444,6 +444,17 @@ bool LayerLoader::next_job(int* unit, Slot** slot) {
   return false;
 }
 
+void LayerLoader::wake_all() {
+  changed_.notify_all();
+  work_.notify_all();
+}
+
+void LayerLoader::wake_workers_if_work() {
+  int unit = -1;
+  Slot* slot = nullptr;
+  if (next_job(&unit, &slot)) work_.notify_all();
+}
+
 void LayerLoader::mark_loaded(int unit, Slot& slot) {
   slot.state = SlotState::kReady;
   UnitCounters& c = stats_.units[static_cast<size_t>(unit)];
@@ -461,7 +472,7 @@ void LayerLoader::worker_loop() {
   for (;;) {
     int unit = -1;
     Slot* slot = nullptr;
-    changed_.wait(lock, [&] { return stopping_ || next_job(&unit, &slot); });
+    work_.wait(lock, [&] { return stopping_ || next_job(&unit, &slot); });
     if (stopping_) return;
     if (slot->buffer.capacity < plans_[static_cast<size_t>(unit)].buffer_bytes) {
       ensure_capacity(slot->buffer, plans_[static_cast<size_t>(unit)].buffer_bytes);
@@ -498,7 +509,7 @@ void LayerLoader::worker_loop() {
     } else {
       mark_loaded(unit, *slot);
     }
-    changed_.notify_all();
+    wake_all();
   }
 }
 
@@ -509,7 +520,7 @@ void LayerLoader::announce(const std::vector<int>& units) {
     std::lock_guard<std::mutex> lock(mutex_);
     announced_.insert(announced_.end(), units.begin(), units.end());
   }
-  changed_.notify_all();
+  wake_all();
 }
 
 void LayerLoader::set_continuation(bool expected) {
@@ -517,7 +528,7 @@ void LayerLoader::set_continuation(bool expected) {
     std::lock_guard<std::mutex> lock(mutex_);
     continuation_ = expected;
   }
-  changed_.notify_all();
+  wake_all();
 }
 
 const UnitWeights& LayerLoader::acquire(int unit) {
@@ -531,7 +542,7 @@ const UnitWeights& LayerLoader::acquire(int unit) {
   }
   in_use_ = unit;
   halted_ = false;
-  changed_.notify_all();
+  wake_workers_if_work();
 
   const UnitPlan& plan = plans_[static_cast<size_t>(unit)];
   Slot* slot = plan.resident ? resident_[static_cast<size_t>(unit)].get() : find_slot(unit);
@@ -622,8 +633,9 @@ void LayerLoader::release(int unit) {
     if (current_timeline_ >= 0) stats_.timeline[static_cast<size_t>(current_timeline_)].compute_end_ms = done;
     current_timeline_ = -1;
     in_use_ = -1;
+    changed_.notify_all();  // a budget waiting for this unit's buffer
+    wake_workers_if_work();
   }
-  changed_.notify_all();
 }
 
 std::vector<float> LayerLoader::read_vector(const GgufTensorInfo& tensor) {
@@ -715,7 +727,7 @@ void LayerLoader::cancel() {
     std::lock_guard<std::mutex> lock(mutex_);
     cancelled_ = true;
   }
-  changed_.notify_all();
+  wake_all();
 }
 
 void LayerLoader::clear_cancel() {
@@ -723,7 +735,7 @@ void LayerLoader::clear_cancel() {
     std::lock_guard<std::mutex> lock(mutex_);
     cancelled_ = false;
   }
-  changed_.notify_all();
+  wake_all();
 }
 
 void LayerLoader::reset() {
@@ -743,7 +755,7 @@ void LayerLoader::reset() {
       }
     }
   }
-  changed_.notify_all();
+  wake_all();
 }
 
 LoaderStats LayerLoader::stats() const {

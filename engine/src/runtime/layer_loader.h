@@ -168,7 +168,15 @@ class LayerLoader {
   std::unique_ptr<Slot> embedding_;  // the whole token_embd when resident and untied
 
   mutable std::mutex mutex_;
+  // The compute thread waits on changed_ (for a unit, for room in the
+  // budget), the prefetch workers on work_: the compute thread's acquire and
+  // release, twice per unit and token, wake the workers only when there is
+  // something to load (each wake is a system call and a context switch, for
+  // nothing once every unit is resident).
   std::condition_variable changed_;
+  std::condition_variable work_;
+  void wake_all();
+  void wake_workers_if_work();  // with mutex_ held
   std::deque<int> announced_;
   int in_use_ = -1;
   bool continuation_ = false;
