@@ -22,9 +22,7 @@ constexpr int kMaxHeadDim = 512;
 
 // Four cache elements as floats.
 inline v128_t load4(const float* p) { return simd::load(p); }
-inline v128_t load4(const uint16_t* p) {
-  return simd::fp16x4_to_f32x4(wasm_u32x4_extend_low_u16x8(wasm_v128_load64_zero(p)));
-}
+inline v128_t load4(const uint16_t* p) { return simd::load_fp16x4(p); }
 inline float element(const float* p, int i) { return p[i]; }
 inline float element(const uint16_t* p, int i) { return simd::fp16_to_f32(p[i]); }
 

@@ -29,7 +29,7 @@ struct F32Format {
 struct F16Format {
   static constexpr size_t kBytes = 2;
   static v128_t load4(const uint8_t* row, int k) {
-    return simd::fp16x4_to_f32x4(wasm_u32x4_extend_low_u16x8(wasm_v128_load64_zero(row + 2 * static_cast<size_t>(k))));
+    return simd::load_fp16x4(row + 2 * static_cast<size_t>(k));
   }
   static float at(const uint8_t* row, int k) { return fp16_to_float(simd::load_u16(row + 2 * static_cast<size_t>(k))); }
 };

@@ -19,6 +19,9 @@
 #if defined(__SSSE3__)
 #include <tmmintrin.h>
 #endif
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 #endif
 
 #include <cstdint>
@@ -195,9 +198,21 @@ inline uint16_t load_u16(const uint8_t* p) {
   return v;
 }
 
+// Natively, x86's F16C converts between half floats and floats in one
+// instruction each (IEEE conversions: the same results as the code below,
+// which WebAssembly needs); in attention over an F16 cache the conversions
+// were most of the work.
+#if !defined(__EMSCRIPTEN__) && defined(__F16C__)
+#define SIPLLM_F16C 1
+#endif
+
 // Four fp16 values (in the low 16 bits of each i32 lane) to f32x4, exactly as
-// fp16_to_f32.
+// fp16_to_f32 (but a signalling NaN may come out quiet).
 inline v128_t fp16x4_to_f32x4(v128_t h) {
+#if defined(SIPLLM_F16C)
+  const __m128i lanes = simde_v128_to_m128i(h);
+  return simde_v128_from_m128(_mm_cvtph_ps(_mm_packus_epi32(lanes, lanes)));
+#else
   const v128_t magnitude = wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x7fff)), 13);
   const v128_t finite = wasm_f32x4_mul(magnitude, wasm_f32x4_splat(0x1p112f));
   const v128_t special = wasm_v128_or(magnitude, wasm_i32x4_splat(0x7f800000));
@@ -205,6 +220,16 @@ inline v128_t fp16x4_to_f32x4(v128_t h) {
       wasm_i32x4_eq(wasm_v128_and(h, wasm_i32x4_splat(0x7c00)), wasm_i32x4_splat(0x7c00));
   const v128_t sign = wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x8000)), 16);
   return wasm_v128_or(wasm_v128_bitselect(special, finite, is_special), sign);
+#endif
+}
+
+// The four fp16 values at p (any alignment) as f32x4.
+inline v128_t load_fp16x4(const void* p) {
+#if defined(SIPLLM_F16C)
+  return simde_v128_from_m128(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+#else
+  return fp16x4_to_f32x4(wasm_u32x4_extend_low_u16x8(wasm_v128_load64_zero(p)));
+#endif
 }
 
 // Eight fp16 values to two f32x4 (low four, high four).
@@ -217,6 +242,10 @@ inline void fp16x8_to_f32x4x2(v128_t h, v128_t* lo, v128_t* hi) {
 // float -> fp16 -> float gives, subnormals, overflow to infinity and NaN
 // included, without the conversions. Equal to half.h's round trip (tested).
 inline v128_t round_to_f16(v128_t x) {
+#if defined(SIPLLM_F16C)
+  const __m128i halves = _mm_cvtps_ph(simde_v128_to_m128(x), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return simde_v128_from_m128(_mm_cvtph_ps(halves));
+#else
   const v128_t sign = wasm_v128_and(x, wasm_i32x4_splat(static_cast<int32_t>(0x80000000u)));
   const v128_t a = wasm_v128_xor(x, sign);
   // Normal halves keep 10 fraction bits: round the low 13 away, ties to even
@@ -231,6 +260,7 @@ inline v128_t round_to_f16(v128_t x) {
   r = wasm_v128_bitselect(wasm_f32x4_splat(INFINITY), r, wasm_f32x4_ge(a, wasm_f32x4_splat(65520.0f)));
   r = wasm_v128_bitselect(a, r, wasm_f32x4_ne(a, a));  // NaN stays NaN
   return wasm_v128_or(r, sign);
+#endif
 }
 
 // ---- Transcendentals -------------------------------------------------------
