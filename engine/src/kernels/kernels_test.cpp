@@ -59,9 +59,15 @@ TEST(KernelsFp16, FastConversionEqualsExactForEveryValue) {
     ASSERT_EQ(bits_of(simd::fp16_to_f32(static_cast<uint16_t>(h))), bits_of(exact)) << "fp16 0x" << std::hex << h;
   }
   for (uint32_t h = 0; h < 65536; h += 4) {
+    const v128_t lanes = wasm_i32x4_make(static_cast<int32_t>(h), static_cast<int32_t>(h + 1),
+                                         static_cast<int32_t>(h + 2), static_cast<int32_t>(h + 3));
+    alignas(16) float exact_form[4];
+    simd::store(exact_form, simd::fp16x4_to_f32x4_simd128(lanes));
+    for (uint32_t j = 0; j < 4; ++j) {
+      ASSERT_EQ(bits_of(exact_form[j]), bits_of(fp16_to_float(static_cast<uint16_t>(h + j)))) << "fp16 0x" << std::hex << h + j;
+    }
     alignas(16) float out[4];
-    simd::store(out, simd::fp16x4_to_f32x4(wasm_i32x4_make(static_cast<int32_t>(h), static_cast<int32_t>(h + 1),
-                                                           static_cast<int32_t>(h + 2), static_cast<int32_t>(h + 3))));
+    simd::store(out, simd::fp16x4_to_f32x4(lanes));
     for (uint32_t j = 0; j < 4; ++j) {
       const float exact = fp16_to_float(static_cast<uint16_t>(h + j));
       if (std::isnan(exact)) {  // a hardware conversion quiets a signalling NaN
@@ -625,15 +631,18 @@ TEST(KernelsSimd, RoundToF16EqualsTheHalfFloatRoundTrip) {
     values.push_back(f);
   }
   values.resize((values.size() + 3) / 4 * 4, 0.0f);
-  for (size_t i = 0; i < values.size(); i += 4) {
-    alignas(16) float out[4];
-    simd::store(out, simd::round_to_f16(simd::load(&values[i])));
-    for (size_t j = 0; j < 4; ++j) {
-      const float expected = fp16_to_float(float_to_fp16(values[i + j]));
-      if (std::isnan(expected)) {
-        ASSERT_TRUE(std::isnan(out[j])) << values[i + j];
-      } else {
-        ASSERT_EQ(float_to_bits(out[j]), float_to_bits(expected)) << values[i + j];
+  // Both forms: the platform's, and the SIMD128 one WebAssembly runs.
+  for (auto round : {simd::round_to_f16, simd::round_to_f16_simd128}) {
+    for (size_t i = 0; i < values.size(); i += 4) {
+      alignas(16) float out[4];
+      simd::store(out, round(simd::load(&values[i])));
+      for (size_t j = 0; j < 4; ++j) {
+        const float expected = fp16_to_float(float_to_fp16(values[i + j]));
+        if (std::isnan(expected)) {
+          ASSERT_TRUE(std::isnan(out[j])) << values[i + j];
+        } else {
+          ASSERT_EQ(float_to_bits(out[j]), float_to_bits(expected)) << values[i + j];
+        }
       }
     }
   }

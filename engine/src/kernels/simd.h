@@ -207,12 +207,8 @@ inline uint16_t load_u16(const uint8_t* p) {
 #endif
 
 // Four fp16 values (in the low 16 bits of each i32 lane) to f32x4, exactly as
-// fp16_to_f32 (but a signalling NaN may come out quiet).
-inline v128_t fp16x4_to_f32x4(v128_t h) {
-#if defined(SIPLLM_F16C)
-  const __m128i lanes = simde_v128_to_m128i(h);
-  return simde_v128_from_m128(_mm_cvtph_ps(_mm_packus_epi32(lanes, lanes)));
-#else
+// fp16_to_f32, in SIMD128 alone (what WebAssembly runs).
+inline v128_t fp16x4_to_f32x4_simd128(v128_t h) {
   const v128_t magnitude = wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x7fff)), 13);
   const v128_t finite = wasm_f32x4_mul(magnitude, wasm_f32x4_splat(0x1p112f));
   const v128_t special = wasm_v128_or(magnitude, wasm_i32x4_splat(0x7f800000));
@@ -220,6 +216,15 @@ inline v128_t fp16x4_to_f32x4(v128_t h) {
       wasm_i32x4_eq(wasm_v128_and(h, wasm_i32x4_splat(0x7c00)), wasm_i32x4_splat(0x7c00));
   const v128_t sign = wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x8000)), 16);
   return wasm_v128_or(wasm_v128_bitselect(special, finite, is_special), sign);
+}
+
+// The same (but a signalling NaN may come out quiet).
+inline v128_t fp16x4_to_f32x4(v128_t h) {
+#if defined(SIPLLM_F16C)
+  const __m128i lanes = simde_v128_to_m128i(h);
+  return simde_v128_from_m128(_mm_cvtph_ps(_mm_packus_epi32(lanes, lanes)));
+#else
+  return fp16x4_to_f32x4_simd128(h);
 #endif
 }
 
@@ -240,26 +245,34 @@ inline void fp16x8_to_f32x4x2(v128_t h, v128_t* lo, v128_t* hi) {
 
 // Each lane rounded to the nearest half float (ties to even) and back: what
 // float -> fp16 -> float gives, subnormals, overflow to infinity and NaN
-// included, without the conversions. Equal to half.h's round trip (tested).
+// included, without the conversions, in SIMD128 alone. Equal to half.h's
+// round trip (tested).
+inline v128_t round_to_f16_simd128(v128_t x) {
+  // Adding c, a power of two 13 binades above x with x's sign, rounds x to
+  // the 11 significant bits a normal half keeps (ties to even: the addition
+  // rounds so); taking c away again is exact. Below 2^-14, halves are
+  // multiples of 2^-24, and c stays at 2^-1 (13 binades above 2^-14), which
+  // rounds to those. From 2^16 on, where every float becomes infinity, c
+  // stays at 2^29 (higher, c itself could overflow); infinities and NaN go
+  // through both operations unchanged.
+  const v128_t sign = wasm_v128_and(x, wasm_i32x4_splat(static_cast<int32_t>(0x80000000u)));
+  const v128_t binade = wasm_u32x4_min(
+      wasm_u32x4_max(wasm_v128_and(x, wasm_i32x4_splat(0x7f800000)), wasm_i32x4_splat(0x38800000)),
+      wasm_i32x4_splat(0x47800000));
+  const v128_t c = wasm_v128_or(wasm_i32x4_add(binade, wasm_i32x4_splat(13 << 23)), sign);
+  const v128_t r = wasm_f32x4_sub(wasm_f32x4_add(x, c), c);
+  // What rounds to 2^16 or more is past the largest half: infinity.
+  const v128_t overflow = wasm_f32x4_ge(wasm_f32x4_abs(r), wasm_f32x4_splat(65536.0f));
+  return wasm_v128_or(wasm_v128_bitselect(wasm_f32x4_splat(INFINITY), r, overflow), sign);
+}
+
+// The same, with the conversions where the platform has them.
 inline v128_t round_to_f16(v128_t x) {
 #if defined(SIPLLM_F16C)
   const __m128i halves = _mm_cvtps_ph(simde_v128_to_m128(x), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   return simde_v128_from_m128(_mm_cvtph_ps(halves));
 #else
-  const v128_t sign = wasm_v128_and(x, wasm_i32x4_splat(static_cast<int32_t>(0x80000000u)));
-  const v128_t a = wasm_v128_xor(x, sign);
-  // Normal halves keep 10 fraction bits: round the low 13 away, ties to even
-  // (a carry into the exponent is the right result).
-  const v128_t lsb = wasm_v128_and(wasm_u32x4_shr(a, 13), wasm_i32x4_splat(1));
-  const v128_t normal = wasm_v128_and(wasm_i32x4_add(wasm_i32x4_add(a, wasm_i32x4_splat(0xfff)), lsb),
-                                      wasm_i32x4_splat(static_cast<int32_t>(0xffffe000u)));
-  // Below 2^-14 halves are multiples of 2^-24: adding 0.5 (whose ulp is
-  // 2^-24) and taking it away again rounds to them, ties to even.
-  const v128_t tiny = wasm_f32x4_sub(wasm_f32x4_add(a, wasm_f32x4_splat(0.5f)), wasm_f32x4_splat(0.5f));
-  v128_t r = wasm_v128_bitselect(tiny, normal, wasm_f32x4_lt(a, wasm_f32x4_splat(0x1p-14f)));
-  r = wasm_v128_bitselect(wasm_f32x4_splat(INFINITY), r, wasm_f32x4_ge(a, wasm_f32x4_splat(65520.0f)));
-  r = wasm_v128_bitselect(a, r, wasm_f32x4_ne(a, a));  // NaN stays NaN
-  return wasm_v128_or(r, sign);
+  return round_to_f16_simd128(x);
 #endif
 }
 
