@@ -20,9 +20,16 @@ constexpr size_t kChunkMacs = 1 << 16;
 // The largest head the query's F16 copy has room for.
 constexpr int kMaxHeadDim = 512;
 
-// Four cache elements as floats.
-inline v128_t load4(const float* p) { return simd::load(p); }
-inline v128_t load4(const uint16_t* p) { return simd::load_fp16x4(p); }
+// Four cache elements as floats; kFinite: an F16 cache that holds no
+// infinity and no NaN (KvCache::halves_finite), read with fewer operations.
+template <bool kFinite>
+inline v128_t load4(const float* p) {
+  return simd::load(p);
+}
+template <bool kFinite>
+inline v128_t load4(const uint16_t* p) {
+  return kFinite ? simd::load_finite_fp16x4(p) : simd::load_fp16x4(p);
+}
 inline float element(const float* p, int i) { return p[i]; }
 inline float element(const uint16_t* p, int i) { return simd::fp16_to_f32(p[i]); }
 
@@ -61,6 +68,7 @@ void weigh_values(const float* scores, int span, const KvCache& cache, int layer
 // computes it (llama.cpp's default on a CPU): keys in order, a running
 // maximum M and sum S, and the weighted sum kept in half floats, rounded
 // after every key. `scores` are the raw (scaled, capped) scores.
+template <bool kFinite>
 void weigh_values_as_ggml_f16(const float* scores, int span, const KvCache& cache, int layer, int first,
                               int kv_offset, int head_dim, float* out) {
   alignas(16) float acc[kMaxHeadDim] = {};  // values a half float can hold
@@ -81,7 +89,7 @@ void weigh_values_as_ggml_f16(const float* scores, int span, const KvCache& cach
     const uint16_t* v = cache.value<uint16_t>(layer, first + t) + kv_offset;
     const v128_t w = wasm_f32x4_splat(weight);
     for (int d = 0; d < dim4; d += 4) {
-      simd::store(acc + d, simd::round_to_f16(wasm_f32x4_add(simd::load(acc + d), wasm_f32x4_mul(load4(v + d), w))));
+      simd::store(acc + d, simd::round_to_f16(wasm_f32x4_add(simd::load(acc + d), wasm_f32x4_mul(load4<kFinite>(v + d), w))));
     }
     for (int d = dim4; d < head_dim; ++d) acc[d] = fp16_to_float(float_to_fp16(acc[d] + element(v, d) * weight));
     sum = sum * rescale + weight;
@@ -90,7 +98,7 @@ void weigh_values_as_ggml_f16(const float* scores, int span, const KvCache& cach
   for (int d = 0; d < head_dim; ++d) out[d] = acc[d] * inverse;
 }
 
-template <class T>
+template <class T, bool kFinite>
 void attend_typed(const float* q_in, int pos, int head, const KvCache& cache, int layer,
                   const AttentionShape& shape, float* out, float* scores) {
   const int head_dim = shape.head_dim;
@@ -118,7 +126,7 @@ void attend_typed(const float* q_in, int pos, int head, const KvCache& cache, in
     }
     for (int d = 0; d < dim4; d += 4) {
       const v128_t qv = simd::load(q + d);
-      for (int j = 0; j < 4; ++j) acc[j] = wasm_f32x4_add(acc[j], wasm_f32x4_mul(qv, load4(k[j] + d)));
+      for (int j = 0; j < 4; ++j) acc[j] = wasm_f32x4_add(acc[j], wasm_f32x4_mul(qv, load4<kFinite>(k[j] + d)));
     }
     alignas(16) float dots[4];
     simd::store(dots, simd::transpose_sum_f32(acc[0], acc[1], acc[2], acc[3]));
@@ -127,13 +135,13 @@ void attend_typed(const float* q_in, int pos, int head, const KvCache& cache, in
   for (; t < span; ++t) {
     const T* k = cache.key<T>(layer, first + t) + kv_offset;
     v128_t acc = wasm_f32x4_splat(0.0f);
-    for (int d = 0; d < dim4; d += 4) acc = wasm_f32x4_add(acc, wasm_f32x4_mul(simd::load(q + d), load4(k + d)));
+    for (int d = 0; d < dim4; d += 4) acc = wasm_f32x4_add(acc, wasm_f32x4_mul(simd::load(q + d), load4<kFinite>(k + d)));
     scores[t] = dot_tail(q, k, dim4, head_dim, simd::sum_f32(acc)) * shape.scale;
   }
 
   if (shape.softcap > 0) softcap(scores, span, shape.softcap);
   if constexpr (std::is_same_v<T, uint16_t>) {
-    weigh_values_as_ggml_f16(scores, span, cache, layer, first, kv_offset, head_dim, out);
+    weigh_values_as_ggml_f16<kFinite>(scores, span, cache, layer, first, kv_offset, head_dim, out);
   } else {
     softmax(scores, span);
     weigh_values(scores, span, cache, layer, first, kv_offset, head_dim, out);
@@ -172,10 +180,12 @@ void attend_reference_typed(const float* q, int pos, int head, const KvCache& ca
 
 void attend(const float* q, int pos, int head, const KvCache& cache, int layer,
             const AttentionShape& shape, float* out, float* scores) {
-  if (cache.type() == KvCacheType::kF16) {
-    attend_typed<uint16_t>(q, pos, head, cache, layer, shape, out, scores);
+  if (cache.type() == KvCacheType::kF32) {
+    attend_typed<float, true>(q, pos, head, cache, layer, shape, out, scores);
+  } else if (cache.halves_finite()) {
+    attend_typed<uint16_t, true>(q, pos, head, cache, layer, shape, out, scores);
   } else {
-    attend_typed<float>(q, pos, head, cache, layer, shape, out, scores);
+    attend_typed<uint16_t, false>(q, pos, head, cache, layer, shape, out, scores);
   }
 }
 

@@ -61,10 +61,13 @@ TEST(KernelsFp16, FastConversionEqualsExactForEveryValue) {
   for (uint32_t h = 0; h < 65536; h += 4) {
     const v128_t lanes = wasm_i32x4_make(static_cast<int32_t>(h), static_cast<int32_t>(h + 1),
                                          static_cast<int32_t>(h + 2), static_cast<int32_t>(h + 3));
-    alignas(16) float exact_form[4];
+    alignas(16) float exact_form[4], finite_form[4];
     simd::store(exact_form, simd::fp16x4_to_f32x4_simd128(lanes));
+    simd::store(finite_form, simd::finite_fp16x4_to_f32x4_simd128(lanes));
     for (uint32_t j = 0; j < 4; ++j) {
-      ASSERT_EQ(bits_of(exact_form[j]), bits_of(fp16_to_float(static_cast<uint16_t>(h + j)))) << "fp16 0x" << std::hex << h + j;
+      const float exact = fp16_to_float(static_cast<uint16_t>(h + j));
+      ASSERT_EQ(bits_of(exact_form[j]), bits_of(exact)) << "fp16 0x" << std::hex << h + j;
+      if (std::isfinite(exact)) ASSERT_EQ(bits_of(finite_form[j]), bits_of(exact)) << "fp16 0x" << std::hex << h + j;
     }
     alignas(16) float out[4];
     simd::store(out, simd::fp16x4_to_f32x4(lanes));
@@ -702,6 +705,46 @@ TEST(KernelsAttention, MatchesReferenceAndIsBatchAndThreadInvariant) {
       }
     }
   }
+}
+
+TEST(KernelsAttention, AnF16CacheKnowsWhetherItsHalvesAreFinite) {
+  // Attention reads an F16 cache with fewer operations while it holds no
+  // infinity and no NaN; a value past the largest half float becomes one.
+  const int kv_dim = 8;
+  KvCache cache(1, kv_dim, 16, KvCacheType::kF16, {}, 4);
+  cache.reserve(3);
+  std::vector<float> k(kv_dim, 1.5f), v(kv_dim, -0.25f);
+  cache.store(0, 0, k.data(), v.data());
+  EXPECT_TRUE(cache.halves_finite());
+  v[5] = 70000.0f;
+  cache.store(0, 1, k.data(), v.data());
+  EXPECT_FALSE(cache.halves_finite());
+  v[5] = 1.0f;
+  cache.store(0, 2, k.data(), v.data());
+  EXPECT_FALSE(cache.halves_finite()) << "position 1 still holds the infinity";
+
+  // Read as an infinity, not as a large number: element 5 of the output is
+  // infinite, the others are what the reference gives.
+  const AttentionShape shape{.n_heads = 1, .n_kv_heads = 1, .head_dim = kv_dim, .scale = 0.1f};
+  const std::vector<float> q(kv_dim, 0.5f);
+  std::vector<float> out(kv_dim), ref(kv_dim), scores(3), scratch;
+  ThreadPool one(1);
+  attention(q.data(), 1, 2, cache, 0, shape, out.data(), one, scratch);
+  attend_reference(q.data(), 2, 0, cache, 0, shape, ref.data(), scores.data());
+  for (int d = 0; d < kv_dim; ++d) {
+    const auto i = static_cast<size_t>(d);
+    if (d == 5) {
+      EXPECT_TRUE(std::isinf(out[i]) && std::isinf(ref[i])) << out[i] << " " << ref[i];
+    } else {
+      EXPECT_NEAR(out[i], ref[i], 1e-2) << d;
+    }
+  }
+
+  KvCache floats(1, kv_dim, 16, KvCacheType::kF32, {}, 4);
+  floats.reserve(1);
+  v[5] = INFINITY;
+  floats.store(0, 0, k.data(), v.data());
+  EXPECT_TRUE(floats.halves_finite());
 }
 
 TEST(KernelsAttention, SlidingWindowSeesOnlyTheWindowAndARingCacheSuffices) {

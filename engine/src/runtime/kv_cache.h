@@ -11,6 +11,7 @@
 // older keys are overwritten once the conversation outgrows the capacity.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -56,6 +57,10 @@ class KvCache {
     return static_cast<const T*>(row(values_, layer, pos, sizeof(T)));
   }
 
+  // Whether every half float stored so far is finite (true for an F32
+  // cache): then reading them back needs no case for infinities and NaN.
+  bool halves_finite() const { return !non_finite_half_.load(std::memory_order_relaxed); }
+
   // Positions whose keys and values are final, for every layer.
   int filled() const { return filled_; }
   void set_filled(int n) { filled_ = n; }
@@ -89,6 +94,7 @@ class KvCache {
   std::vector<int> capacity_;  // per layer, in positions
   Pages keys_;
   Pages values_;
+  std::atomic<bool> non_finite_half_{false};  // set by store(), which threads call side by side
 };
 
 }  // namespace sipllm
