@@ -5,7 +5,7 @@
 import { expect, test } from '@playwright/test';
 
 import config from '../playwright.config.js';
-import { complete, expectReady, loadBundled, openDemo, setFields } from './support.js';
+import { complete, expectReady, loadBundled, openDemo, setFields, unload } from './support.js';
 
 // Chromium answers a memory measurement at its next garbage collection,
 // which it may put off for up to a minute; this flag makes it collect and
@@ -35,15 +35,13 @@ test('twenty loads and unloads do not grow the tab', async ({ page }) => {
   const round = async () => {
     expect(await loadBundled(page)).toBe('ready');
     expect((await complete(page, 'Once upon a time')).length).toBeGreaterThan(0);
-    await page.locator('#unload').click();
-    await expect(page.locator('#unload')).toBeDisabled();
+    await unload(page);
   };
   // The measure sees a loaded model (its worker's WebAssembly memory), so it
   // would see one left behind.
   expect(await loadBundled(page)).toBe('ready');
   const loaded = await tabMemory(page);
-  await page.locator('#unload').click();
-  await expect(page.locator('#unload')).toBeDisabled();
+  await unload(page);
   await round();  // the first round brings in what every later one reuses
   const before = await tabMemory(page);
   expect(loaded - before).toBeGreaterThan(32e6);

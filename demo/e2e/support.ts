@@ -162,6 +162,14 @@ export async function loadBundled(page: Page): Promise<Status> {
   });
 }
 
+// Unloads the model through the page and waits until the unload has finished
+// (its worker has exited), not only until the page has disabled the button.
+export async function unload(page: Page): Promise<void> {
+  await page.locator('#unload').click();
+  await expect(page.locator('#unload')).toBeDisabled();
+  await expect(page.locator('#status')).toHaveAttribute('data-state', 'idle');
+}
+
 export async function setFields(page: Page, fields: Record<string, string | number>): Promise<void> {
   for (const [id, value] of Object.entries(fields)) await page.locator(`#${id}`).fill(String(value));
 }
