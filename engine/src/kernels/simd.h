@@ -19,7 +19,7 @@
 #if defined(__SSSE3__)
 #include <tmmintrin.h>
 #endif
-#if defined(__F16C__)
+#if defined(__F16C__) || defined(__AVXVNNI__) || defined(__AVX512VNNI__)
 #include <immintrin.h>
 #endif
 #endif
@@ -107,8 +107,10 @@ inline void prefetch_run_start(const uint8_t* row, size_t row_bytes, const uint8
 // result's lanes sum to acc's lanes plus those products (how the products are
 // spread over the lanes depends on the platform; callers only ever add all
 // lanes, which is exact). With an 8-bit dot product instruction (wasm relaxed
-// SIMD's i32x4.relaxed_dot_i8x16_i7x16_add_s, x86's pmaddubsw) it takes x8;
-// without one (plain SIMD128) u is widened and multiplied with x16.
+// SIMD's i32x4.relaxed_dot_i8x16_i7x16_add_s; natively VNNI's vpdpbusd, the
+// instruction engines map that to where the CPU has it, else SSSE3's
+// pmaddubsw) it takes x8; without one (plain SIMD128) u is widened and
+// multiplied with x16.
 #if defined(__wasm_relaxed_simd__) || (!defined(__EMSCRIPTEN__) && defined(__SSSE3__))
 #define SIPLLM_BYTE_DOT 1
 #endif
@@ -116,6 +118,14 @@ inline v128_t dot_u7x16_add(v128_t u, const int8_t* x8, const int16_t* x16, v128
 #if defined(__wasm_relaxed_simd__)
   (void)x16;
   return wasm_i32x4_relaxed_dot_i8x16_i7x16_add(wasm_v128_load(x8), u, acc);
+#elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  (void)x16;
+  return simde_v128_from_m128i(_mm_dpbusd_epi32(simde_v128_to_m128i(acc), simde_v128_to_m128i(u),
+                                                _mm_loadu_si128(reinterpret_cast<const __m128i*>(x8))));
+#elif defined(__AVXVNNI__)
+  (void)x16;
+  return simde_v128_from_m128i(_mm_dpbusd_avx_epi32(simde_v128_to_m128i(acc), simde_v128_to_m128i(u),
+                                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(x8))));
 #elif defined(SIPLLM_BYTE_DOT)
   (void)x16;
   // u * x as pairs of int16 (no saturation: 2 * 127 * 128 < 2^15), then pairs of those as int32.
