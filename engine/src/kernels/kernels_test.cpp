@@ -651,6 +651,32 @@ TEST(KernelsSimd, RoundToF16EqualsTheHalfFloatRoundTrip) {
   }
 }
 
+TEST(KernelsSimd, ByteDotProductsAddEveryProductExactly) {
+  // Weights over the whole byte range (-128 included for the signed form,
+  // [0, 127] for the unsigned one), activations in [-127, 127] as the
+  // quantiser writes them; every lane sum against the scalar one.
+  std::mt19937 rng(61);
+  for (int trial = 0; trial < 2000; ++trial) {
+    alignas(16) int8_t w[16], u[16], x8[16];
+    alignas(16) int16_t x16[16];
+    int32_t signed_sum = 1000, unsigned_sum = 1000;
+    for (int i = 0; i < 16; ++i) {
+      w[i] = static_cast<int8_t>(trial < 2 ? (trial == 0 ? -128 : 127) : static_cast<int>(rng() % 256) - 128);
+      u[i] = static_cast<int8_t>(trial < 2 ? 127 : rng() % 128);
+      x8[i] = static_cast<int8_t>(trial < 2 ? (trial == 0 ? 127 : -127) : static_cast<int>(rng() % 255) - 127);
+      x16[i] = x8[i];
+      signed_sum += w[i] * x8[i];
+      unsigned_sum += u[i] * x8[i];
+    }
+    const v128_t start = wasm_i32x4_make(1000, 0, 0, 0);
+    alignas(16) int32_t lanes[2][4];
+    simd::store(lanes[0], simd::dot_i8x16_add(simd::load(w), x8, start));
+    simd::store(lanes[1], simd::dot_u7x16_add(simd::load(u), x8, x16, start));
+    ASSERT_EQ(lanes[0][0] + lanes[0][1] + lanes[0][2] + lanes[0][3], signed_sum) << trial;
+    ASSERT_EQ(lanes[1][0] + lanes[1][1] + lanes[1][2] + lanes[1][3], unsigned_sum) << trial;
+  }
+}
+
 // ---- Attention ---------------------------------------------------------------------
 
 TEST(KernelsAttention, MatchesReferenceAndIsBatchAndThreadInvariant) {

@@ -3,7 +3,8 @@
 //
 // Per block, the block's integer sum of weight values times activation
 // values is exact: Q8_0's signed bytes are widened to int16 and multiplied
-// with the int16 activations by i32x4.dot_i16x8; the other formats' unsigned
+// with the int16 activations by i32x4.dot_i16x8 (natively with VNNI they go
+// to simd::dot_i8x16_add as they are); the other formats' unsigned
 // values (at most five bits) go to simd::dot_u7x16_add, an 8-bit dot product
 // where the platform has one. (Q4_0 and Q5_0 unpack q and subtract
 // offset * sum(x_q) once: the same sum of (q - offset) * x_q, in fewer
@@ -79,6 +80,11 @@ struct Q8_0Format {
     w[1] = simd::load_i8x8_to_i16x8(qs + 8);
     w[2] = simd::load_i8x8_to_i16x8(qs + 16);
     w[3] = simd::load_i8x8_to_i16x8(qs + 24);
+  }
+  // The same values as two i8x16, for a signed 8-bit dot product.
+  static void unpack_signed_bytes(const uint8_t* b, v128_t w[2]) {
+    w[0] = simd::load(b + offsetof(BlockQ8_0, qs));
+    w[1] = simd::load(b + offsetof(BlockQ8_0, qs) + 16);
   }
   static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ8_0>(b).d); }
   static float min_reference(const uint8_t*) { return 0.0f; }
@@ -238,7 +244,18 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
       }
       acc[j] = wasm_f32x4_add(acc[j], term);
     };
-    if constexpr (F::kSignedBytes) {
+    if constexpr (F::kSignedBytes && simd::kSignedByteDot) {
+      v128_t w[4][2];
+      for (int i = 0; i < 4; ++i) F::unpack_signed_bytes(block[i], w[i]);
+      for (int j = 0; j < kPositions; ++j) {
+        const int8_t* x8 = x8s[j] + b * kBlock;
+        v128_t s[4];
+        for (int i = 0; i < 4; ++i) {
+          s[i] = simd::dot_i8x16_add(w[i][1], x8 + 16, simd::dot_i8x16_add(w[i][0], x8, wasm_i32x4_splat(0)));
+        }
+        accumulate(j, s);
+      }
+    } else if constexpr (F::kSignedBytes) {
       v128_t w[4][4];
       for (int i = 0; i < 4; ++i) F::unpack(block[i], w[i]);
       for (int j = 0; j < kPositions; ++j) {

@@ -138,6 +138,34 @@ inline v128_t dot_u7x16_add(v128_t u, const int8_t* x8, const int16_t* x16, v128
 #endif
 }
 
+// acc plus the 16 products w[i] * x8[i] of signed bytes, where x8 (the
+// activations) never holds -128; lanes spread as in dot_u7x16_add. VNNI's
+// dot multiplies unsigned by signed bytes: |w| times x with w's sign, exact.
+// Without VNNI both are widened to int16 here, which costs more than kernels
+// that widen a weight once for several positions: they take this path only
+// where kSignedByteDot says it is the fast one.
+#if !defined(__EMSCRIPTEN__) && ((defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__))
+inline constexpr bool kSignedByteDot = true;
+#else
+inline constexpr bool kSignedByteDot = false;
+#endif
+inline v128_t dot_i8x16_add(v128_t w, const int8_t* x8, v128_t acc) {
+#if !defined(__EMSCRIPTEN__) && ((defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__))
+  const __m128i w_ = simde_v128_to_m128i(w);
+  const __m128i x_ = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x8));
+  const __m128i magnitude = _mm_abs_epi8(w_), signed_x = _mm_sign_epi8(x_, w_);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return simde_v128_from_m128i(_mm_dpbusd_epi32(simde_v128_to_m128i(acc), magnitude, signed_x));
+#else
+  return simde_v128_from_m128i(_mm_dpbusd_avx_epi32(simde_v128_to_m128i(acc), magnitude, signed_x));
+#endif
+#else
+  const v128_t x = load(x8);
+  return wasm_i32x4_add(acc, wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(w), wasm_i16x8_extend_low_i8x16(x)),
+                                            wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(w), wasm_i16x8_extend_high_i8x16(x))));
+#endif
+}
+
 // ---- Reductions ----------------------------------------------------------------
 
 // Lane i of the result is the sum of the four lanes of v_i, added as
