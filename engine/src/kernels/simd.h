@@ -114,18 +114,26 @@ inline void prefetch_run_start(const uint8_t* row, size_t row_bytes, const uint8
 #if defined(__wasm_relaxed_simd__) || (!defined(__EMSCRIPTEN__) && defined(__SSSE3__))
 #define SIPLLM_BYTE_DOT 1
 #endif
+#if !defined(__EMSCRIPTEN__) && ((defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__))
+#define SIPLLM_VNNI 1
+// acc plus, per i32 lane, the four products of u's unsigned bytes with x's
+// signed bytes (vpdpbusd, in its EVEX or VEX form).
+inline __m128i dpbusd(__m128i acc, __m128i u, __m128i x) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm_dpbusd_epi32(acc, u, x);
+#else
+  return _mm_dpbusd_avx_epi32(acc, u, x);
+#endif
+}
+#endif
 inline v128_t dot_u7x16_add(v128_t u, const int8_t* x8, const int16_t* x16, v128_t acc) {
 #if defined(__wasm_relaxed_simd__)
   (void)x16;
   return wasm_i32x4_relaxed_dot_i8x16_i7x16_add(wasm_v128_load(x8), u, acc);
-#elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#elif defined(SIPLLM_VNNI)
   (void)x16;
-  return simde_v128_from_m128i(_mm_dpbusd_epi32(simde_v128_to_m128i(acc), simde_v128_to_m128i(u),
-                                                _mm_loadu_si128(reinterpret_cast<const __m128i*>(x8))));
-#elif defined(__AVXVNNI__)
-  (void)x16;
-  return simde_v128_from_m128i(_mm_dpbusd_avx_epi32(simde_v128_to_m128i(acc), simde_v128_to_m128i(u),
-                                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(x8))));
+  return simde_v128_from_m128i(dpbusd(simde_v128_to_m128i(acc), simde_v128_to_m128i(u),
+                                      _mm_loadu_si128(reinterpret_cast<const __m128i*>(x8))));
 #elif defined(SIPLLM_BYTE_DOT)
   (void)x16;
   // u * x as pairs of int16 (no saturation: 2 * 127 * 128 < 2^15), then pairs of those as int32.
@@ -144,21 +152,16 @@ inline v128_t dot_u7x16_add(v128_t u, const int8_t* x8, const int16_t* x16, v128
 // Without VNNI both are widened to int16 here, which costs more than kernels
 // that widen a weight once for several positions: they take this path only
 // where kSignedByteDot says it is the fast one.
-#if !defined(__EMSCRIPTEN__) && ((defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__))
+#if defined(SIPLLM_VNNI)
 inline constexpr bool kSignedByteDot = true;
 #else
 inline constexpr bool kSignedByteDot = false;
 #endif
 inline v128_t dot_i8x16_add(v128_t w, const int8_t* x8, v128_t acc) {
-#if !defined(__EMSCRIPTEN__) && ((defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__))
+#if defined(SIPLLM_VNNI)
   const __m128i w_ = simde_v128_to_m128i(w);
   const __m128i x_ = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x8));
-  const __m128i magnitude = _mm_abs_epi8(w_), signed_x = _mm_sign_epi8(x_, w_);
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  return simde_v128_from_m128i(_mm_dpbusd_epi32(simde_v128_to_m128i(acc), magnitude, signed_x));
-#else
-  return simde_v128_from_m128i(_mm_dpbusd_avx_epi32(simde_v128_to_m128i(acc), magnitude, signed_x));
-#endif
+  return simde_v128_from_m128i(dpbusd(simde_v128_to_m128i(acc), _mm_abs_epi8(w_), _mm_sign_epi8(x_, w_)));
 #else
   const v128_t x = load(x8);
   return wasm_i32x4_add(acc, wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(w), wasm_i16x8_extend_low_i8x16(x)),
