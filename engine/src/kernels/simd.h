@@ -3,8 +3,9 @@
 // Under Emscripten they compile to real wasm SIMD; natively SIMDe implements
 // the same intrinsics with SSE/AVX (or NEON), so one source is tested and
 // benchmarked natively and shipped as wasm. Kernels never use anything else;
-// the one helper below that does (dot_u7x16_add: relaxed SIMD's 8-bit dot
-// product, which SIMDe lacks, as SSSE3 natively) keeps it out of them.
+// the few helpers below that do keep it out of them: the 8-bit dot products
+// (relaxed SIMD's, which SIMDe lacks; natively SSSE3 or VNNI) and the
+// half-float conversions (F16C natively).
 //
 // The helpers here keep results exact and independent of how work is split:
 // a reduction always combines lanes in the order written below, and the
