@@ -111,9 +111,13 @@ inline void prefetch_run_start(const uint8_t* row, size_t row_bytes, const uint8
 // SIMD's i32x4.relaxed_dot_i8x16_i7x16_add_s; natively VNNI's vpdpbusd, the
 // instruction engines map that to where the CPU has it, else SSSE3's
 // pmaddubsw) it takes x8; without one (plain SIMD128) u is widened and
-// multiplied with x16.
+// multiplied with x16. kByteDot says whether there is one: without it, a
+// kernel that widens each weight once for several positions does better.
 #if defined(__wasm_relaxed_simd__) || (!defined(__EMSCRIPTEN__) && defined(__SSSE3__))
 #define SIPLLM_BYTE_DOT 1
+inline constexpr bool kByteDot = true;
+#else
+inline constexpr bool kByteDot = false;
 #endif
 #if !defined(__EMSCRIPTEN__) && ((defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__))
 #define SIPLLM_VNNI 1
