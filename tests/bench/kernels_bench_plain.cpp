@@ -1,6 +1,6 @@
 // The kernel benchmark without Google Benchmark, for targets that lack it
-// (WebAssembly under Node: scripts/bench-kernels-wasm.sh). Same cases as
-// kernels_bench.cpp; prints one line per case and thread count.
+// (WebAssembly under Node or in Chromium: scripts/bench-kernels-wasm.sh).
+// Same cases as kernels_bench.cpp; prints one line per case and thread count.
 //   sipllm_kernels_bench_plain [FILTER]   (cases whose name contains FILTER)
 #include <algorithm>
 #include <chrono>
@@ -36,8 +36,7 @@ double seconds_per_run(Run run) {
   return best;
 }
 
-int main_impl(int argc, char** argv) {
-  const std::string filter = argc > 1 ? argv[1] : "";
+int run_cases(const std::string& filter) {
   std::printf("%-44s %7s %10s %9s %9s\n", "case", "threads", "us/run", "GB/s", "GFLOP/s");
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
@@ -65,4 +64,11 @@ int main_impl(int argc, char** argv) {
 }  // namespace
 }  // namespace sipllm::bench
 
-int main(int argc, char** argv) { return sipllm::bench::main_impl(argc, argv); }
+#if defined(SIPLLM_BENCH_FILTER)
+// The filter set when compiling: a page has no command line, and Debian's
+// Emscripten (3.1.6) finds no main(argc, argv) in code from LLVM 19 (the
+// relaxed SIMD build), which names that __main_argc_argv.
+int main() { return sipllm::bench::run_cases(SIPLLM_BENCH_FILTER); }
+#else
+int main(int argc, char** argv) { return sipllm::bench::run_cases(argc > 1 ? argv[1] : ""); }
+#endif

@@ -233,10 +233,28 @@ template <class F>
 v128_t dot_a_fused(const uint8_t* block, const Scales& s, const int16_t* x16, const int8_t* x8,
                    const int32_t* xsums16) {
   v128_t a = wasm_i32x4_splat(0);
-  F::template for_each_chunk<true>(block, [&](int e, v128_t q, int scale_index) {
-    const v128_t sum = simd::dot_u7x16_add(q, x8 + e, x16 + e, wasm_i32x4_splat(0));
-    a = wasm_i32x4_add(a, wasm_i32x4_mul(sum, wasm_i32x4_splat(s.scale[scale_index])));
-  });
+  if constexpr (simd::kByteDot) {
+    // Consecutive chunks of one group (Q4_K's and Q5_K's two) add up their
+    // products before the group's one multiplication by its scale: in
+    // Chromium (relaxed SIMD) Q4_K then decodes 1.5 times as fast.
+    v128_t sum = wasm_i32x4_splat(0);
+    int group = 0;
+    F::template for_each_chunk<true>(block, [&](int e, v128_t q, int scale_index) {
+      if (scale_index != group) {
+        a = wasm_i32x4_add(a, wasm_i32x4_mul(sum, wasm_i32x4_splat(s.scale[group])));
+        sum = wasm_i32x4_splat(0);
+        group = scale_index;
+      }
+      sum = simd::dot_u7x16_add(q, x8 + e, x16 + e, sum);
+    });
+    a = wasm_i32x4_add(a, wasm_i32x4_mul(sum, wasm_i32x4_splat(s.scale[group])));
+  } else {
+    // (Plain SIMD128 in Chromium: grouping the chunks measured 10 % slower.)
+    F::template for_each_chunk<true>(block, [&](int e, v128_t q, int scale_index) {
+      const v128_t sum = simd::dot_u7x16_add(q, x8 + e, x16 + e, wasm_i32x4_splat(0));
+      a = wasm_i32x4_add(a, wasm_i32x4_mul(sum, wasm_i32x4_splat(s.scale[scale_index])));
+    });
+  }
   if (!F::kHasMin) {  // Q6_K: the values were q, not q - 32
     v128_t offset = wasm_i32x4_splat(0);
     for (int g = 0; g < 16; g += 4) {
@@ -258,7 +276,8 @@ void unpack_scaled(const uint8_t* block, const Scales& s, int16_t* out) {
 
 // A for four rows (lanes of a[i][j] sum to row i's A) and two positions: each
 // loaded weight vector serves both positions, each activation vector all rows.
-inline void dot_a_scaled_2(const int16_t (*w)[kQK_K], const int16_t* x0, const int16_t* x1, v128_t a[2]) {
+// (Unused where simd::kByteDot.)
+[[maybe_unused]] inline void dot_a_scaled_2(const int16_t (*w)[kQK_K], const int16_t* x0, const int16_t* x1, v128_t a[2]) {
   v128_t acc[4][2];
   for (int i = 0; i < 4; ++i) acc[i][0] = acc[i][1] = wasm_i32x4_splat(0);
   for (int e = 0; e < kQK_K; e += 8) {
