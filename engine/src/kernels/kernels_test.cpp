@@ -652,28 +652,36 @@ TEST(KernelsSimd, RoundToF16EqualsTheHalfFloatRoundTrip) {
 }
 
 TEST(KernelsSimd, ByteDotProductsAddEveryProductExactly) {
-  // Weights over the whole byte range (-128 included for the signed form,
-  // [0, 127] for the unsigned one), activations in [-127, 127] as the
-  // quantiser writes them; every lane sum against the scalar one.
+  // Unsigned times signed bytes over both whole byte ranges; [0, 127] times
+  // activations in [-127, 127] as the quantiser writes them; and signed times
+  // signed bytes the way the Q8_0 kernel takes them, one side shifted to
+  // unsigned and 128 times the other's sum taken away. Every lane sum
+  // against the scalar one.
   std::mt19937 rng(61);
   for (int trial = 0; trial < 2000; ++trial) {
-    alignas(16) int8_t w[16], u[16], x8[16];
+    alignas(16) uint8_t u8[16];
+    alignas(16) int8_t w[16], u7[16], x8[16];
     alignas(16) int16_t x16[16];
-    int32_t signed_sum = 1000, unsigned_sum = 1000;
+    int32_t mixed_sum = 1000, u7_sum = 1000, signed_sum = 1000, w_sum = 0;
     for (int i = 0; i < 16; ++i) {
+      u8[i] = static_cast<uint8_t>(trial < 2 ? (trial == 0 ? 255 : 0) : rng() % 256);
       w[i] = static_cast<int8_t>(trial < 2 ? (trial == 0 ? -128 : 127) : static_cast<int>(rng() % 256) - 128);
-      u[i] = static_cast<int8_t>(trial < 2 ? 127 : rng() % 128);
+      u7[i] = static_cast<int8_t>(trial < 2 ? 127 : rng() % 128);
       x8[i] = static_cast<int8_t>(trial < 2 ? (trial == 0 ? 127 : -127) : static_cast<int>(rng() % 255) - 127);
       x16[i] = x8[i];
+      mixed_sum += u8[i] * w[i];
+      u7_sum += u7[i] * x8[i];
       signed_sum += w[i] * x8[i];
-      unsigned_sum += u[i] * x8[i];
+      w_sum += w[i];
     }
     const v128_t start = wasm_i32x4_make(1000, 0, 0, 0);
-    alignas(16) int32_t lanes[2][4];
-    simd::store(lanes[0], simd::dot_i8x16_add(simd::load(w), x8, start));
-    simd::store(lanes[1], simd::dot_u7x16_add(simd::load(u), x8, x16, start));
-    ASSERT_EQ(lanes[0][0] + lanes[0][1] + lanes[0][2] + lanes[0][3], signed_sum) << trial;
-    ASSERT_EQ(lanes[1][0] + lanes[1][1] + lanes[1][2] + lanes[1][3], unsigned_sum) << trial;
+    alignas(16) int32_t lanes[3][4];
+    simd::store(lanes[0], simd::dot_u8i8x16_add(simd::load(u8), simd::load(w), start));
+    simd::store(lanes[1], simd::dot_u7x16_add(simd::load(u7), x8, x16, start));
+    simd::store(lanes[2], simd::dot_u8i8x16_add(simd::shift_to_unsigned(simd::load(x8)), simd::load(w), start));
+    ASSERT_EQ(lanes[0][0] + lanes[0][1] + lanes[0][2] + lanes[0][3], mixed_sum) << trial;
+    ASSERT_EQ(lanes[1][0] + lanes[1][1] + lanes[1][2] + lanes[1][3], u7_sum) << trial;
+    ASSERT_EQ(lanes[2][0] + lanes[2][1] + lanes[2][2] + lanes[2][3] - 128 * w_sum, signed_sum) << trial;
   }
 }
 

@@ -245,14 +245,20 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
       acc[j] = wasm_f32x4_add(acc[j], term);
     };
     if constexpr (F::kSignedBytes && simd::kSignedByteDot) {
-      v128_t w[4][2];
-      for (int i = 0; i < 4; ++i) F::unpack_signed_bytes(block[i], w[i]);
+      // sum(w * x) = sum(w * (x + 128)) - 128 * sum(w): each row's second
+      // term, once per block, is where every position's sum starts.
+      v128_t w[4][2], start[4];
+      const v128_t c128 = wasm_i8x16_splat(static_cast<int8_t>(0x80));
+      for (int i = 0; i < 4; ++i) {
+        F::unpack_signed_bytes(block[i], w[i]);
+        const v128_t sum128 = simd::dot_u8i8x16_add(c128, w[i][1], simd::dot_u8i8x16_add(c128, w[i][0], wasm_i32x4_splat(0)));
+        start[i] = wasm_i32x4_sub(wasm_i32x4_splat(0), sum128);
+      }
       for (int j = 0; j < kPositions; ++j) {
         const int8_t* x8 = x8s[j] + b * kBlock;
+        const v128_t x0 = simd::shift_to_unsigned(simd::load(x8)), x1 = simd::shift_to_unsigned(simd::load(x8 + 16));
         v128_t s[4];
-        for (int i = 0; i < 4; ++i) {
-          s[i] = simd::dot_i8x16_add(w[i][1], x8 + 16, simd::dot_i8x16_add(w[i][0], x8, wasm_i32x4_splat(0)));
-        }
+        for (int i = 0; i < 4; ++i) s[i] = simd::dot_u8i8x16_add(x1, w[i][1], simd::dot_u8i8x16_add(x0, w[i][0], start[i]));
         accumulate(j, s);
       }
     } else if constexpr (F::kSignedBytes) {

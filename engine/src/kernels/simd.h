@@ -151,27 +151,30 @@ inline v128_t dot_u7x16_add(v128_t u, const int8_t* x8, const int16_t* x16, v128
 #endif
 }
 
-// acc plus the 16 products w[i] * x8[i] of signed bytes, where x8 (the
-// activations) never holds -128; lanes spread as in dot_u7x16_add. VNNI's
-// dot multiplies unsigned by signed bytes: |w| times x with w's sign, exact.
-// Without VNNI both are widened to int16 here, which costs more than kernels
-// that widen a weight once for several positions: they take this path only
-// where kSignedByteDot says it is the fast one.
+// acc plus the 16 products u[i] * s[i] of unsigned and signed bytes (any
+// values); lanes spread as in dot_u7x16_add. Natively with VNNI that is one
+// vpdpbusd, and kSignedByteDot is true: signed bytes times signed bytes then
+// go through it too, one side shifted to unsigned (x + 128, which
+// shift_to_unsigned computes by flipping the sign bit) and 128 times the
+// other side's sum taken away. Without VNNI both are widened to int16 here,
+// which costs more than kernels that widen a weight once for several
+// positions: they take this path only where kSignedByteDot says it is the
+// fast one.
 #if defined(SIPLLM_VNNI)
 inline constexpr bool kSignedByteDot = true;
 #else
 inline constexpr bool kSignedByteDot = false;
 #endif
-inline v128_t dot_i8x16_add(v128_t w, const int8_t* x8, v128_t acc) {
+inline v128_t dot_u8i8x16_add(v128_t u, v128_t s, v128_t acc) {
 #if defined(SIPLLM_VNNI)
-  const __m128i w_ = simde_v128_to_m128i(w);
-  const __m128i x_ = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x8));
-  return simde_v128_from_m128i(dpbusd(simde_v128_to_m128i(acc), _mm_abs_epi8(w_), _mm_sign_epi8(x_, w_)));
+  return simde_v128_from_m128i(dpbusd(simde_v128_to_m128i(acc), simde_v128_to_m128i(u), simde_v128_to_m128i(s)));
 #else
-  const v128_t x = load(x8);
-  return wasm_i32x4_add(acc, wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(w), wasm_i16x8_extend_low_i8x16(x)),
-                                            wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(w), wasm_i16x8_extend_high_i8x16(x))));
+  return wasm_i32x4_add(acc, wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_u16x8_extend_low_u8x16(u), wasm_i16x8_extend_low_i8x16(s)),
+                                            wasm_i32x4_dot_i16x8(wasm_u16x8_extend_high_u8x16(u), wasm_i16x8_extend_high_i8x16(s))));
 #endif
+}
+inline v128_t shift_to_unsigned(v128_t signed_bytes) {
+  return wasm_v128_xor(signed_bytes, wasm_i8x16_splat(static_cast<int8_t>(0x80)));
 }
 
 // ---- Reductions ----------------------------------------------------------------
