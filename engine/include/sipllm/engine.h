@@ -233,8 +233,8 @@ struct ModelInfo {
   // rope_freq_scale, rope_attn_factor, sliding_window, local_rope_freq_base,
   // attn_softcap, final_softcap.
   std::vector<Hyperparameter> hyperparameters;
-  // One by name; `fallback` when the model has none of that name.
-  double hyperparameter(std::string_view name, double fallback = 0) const;
+  // The one named `key`; `fallback` when the model has none of that name.
+  double hyperparameter(std::string_view key, double fallback = 0) const;
   int n_layers() const { return static_cast<int>(hyperparameter("n_layers")); }
   int n_vocab() const { return static_cast<int>(hyperparameter("n_vocab")); }
   int context_length() const { return static_cast<int>(hyperparameter("context_length")); }

@@ -223,7 +223,7 @@ void require_float_vector(const GgufTensorInfo* t) {
 // The shared head specs: the final norm and the output matrix.
 const TensorSpec& output_norm_spec() {
   static const TensorSpec spec{.name = "output_norm.weight", .shape = {Dim::kEmbd},
-                               .vector = &UnitWeights::output_norm};
+                               .vector = &UnitWeights::output_norm, .matrices = {}};
   return spec;
 }
 const TensorSpec& output_spec() {

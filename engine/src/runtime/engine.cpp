@@ -468,9 +468,9 @@ std::unique_ptr<Engine> Engine::open(std::unique_ptr<WeightSource> source, const
   return std::make_unique<EngineImpl>(std::move(source), options);
 }
 
-double ModelInfo::hyperparameter(std::string_view name, double fallback) const {
+double ModelInfo::hyperparameter(std::string_view key, double fallback) const {
   for (const Hyperparameter& h : hyperparameters) {
-    if (h.name == name) return h.value;
+    if (h.name == key) return h.value;
   }
   return fallback;
 }

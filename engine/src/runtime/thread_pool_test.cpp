@@ -54,8 +54,7 @@ TEST(ThreadPool, ThreadIndicesAreExclusiveForScratch) {
   for (int round = 0; round < 200; ++round) {
     pool.parallel_for(64, 1, [&](size_t, size_t, int thread) {
       if (in_use[static_cast<size_t>(thread)].fetch_add(1) != 0) shared = true;
-      for (volatile int spin = 0; spin < 200; ++spin) {
-      }
+      for (volatile int spin = 0; spin < 200;) spin = spin + 1;
       in_use[static_cast<size_t>(thread)].fetch_sub(1);
     });
   }
@@ -119,8 +118,7 @@ TEST(ThreadPool, IdleWorkersParkAndWakeForTheNextLoop) {
     pool.parallel_for(3000, 1, [&](size_t begin, size_t end, int thread) {
       sum += static_cast<int>(end - begin);
       by_thread[static_cast<size_t>(thread)] += 1;
-      for (volatile int spin = 0; spin < 2000; ++spin) {
-      }
+      for (volatile int spin = 0; spin < 2000;) spin = spin + 1;
     });
   }
   EXPECT_EQ(sum.load(), 8 + 50 * 3000);
