@@ -224,9 +224,10 @@ inline v128_t widen_high(v128_t v) {
 // activations as they are unpacked (simd::dot_u7x16_add: an 8-bit dot
 // product where the platform has one), and each sum scaled by an int32
 // multiply; Q6_K then takes away 32 * sum of scale * x. Several positions
-// (prefill): each block of four rows is unpacked once into int16 values
-// already multiplied by their scale (|q * scale| <= 4096 fits), then every
-// position takes plain dot products of those. Both give the same integer A.
+// (prefill): each block of four rows is unpacked once and serves them all,
+// as unsigned bytes multiplied the same way where there is an 8-bit dot
+// product, else as int16 values already multiplied by their scale. All give
+// the same integer A.
 
 // Lanes of the result sum to A for one row of one block.
 template <class F>
@@ -325,26 +326,76 @@ inline v128_t accumulate_block(v128_t acc, v128_t a4, v128_t b4, const BlockScal
   return wasm_f32x4_add(acc, term);
 }
 
-// Several positions (prefill), an even number: each block of four rows is
-// unpacked once, scaled, and serves them all.
+// A for four rows (lanes of a[j] give row i's A at position p0 + j in lane
+// i) from their unpacked unsigned values q (Q6_K's q, not q - 32), each
+// position multiplying them as dot_a_fused does: a group's sum of products,
+// times its scale.
+template <class F, int kPositions>
+void dot_a_bytes(const uint8_t (*q)[kQK_K], const Scales s[4], const QuantizedActivations& x, int p0, int b,
+                 v128_t a[kPositions]) {
+  const size_t e0 = static_cast<size_t>(b) * kQK_K;
+  v128_t rows[kPositions][4];
+  for (int i = 0; i < 4; ++i) {
+    v128_t row_a[kPositions];
+    for (int j = 0; j < kPositions; ++j) row_a[j] = wasm_i32x4_splat(0);
+    for (int g = 0; g < kQK_K; g += F::kGroup) {
+      v128_t sum[kPositions];
+      for (int j = 0; j < kPositions; ++j) sum[j] = wasm_i32x4_splat(0);
+      for (int e = g; e < g + F::kGroup; e += 16) {
+        const v128_t w = simd::load(q[i] + e);
+        for (int j = 0; j < kPositions; ++j) {
+          sum[j] = simd::dot_u7x16_add(w, x.q8_row(p0 + j) + e0 + e, x.q_row(p0 + j) + e0 + e, sum[j]);
+        }
+      }
+      const v128_t scale = wasm_i32x4_splat(s[i].scale[g / F::kGroup]);
+      for (int j = 0; j < kPositions; ++j) row_a[j] = wasm_i32x4_add(row_a[j], wasm_i32x4_mul(sum[j], scale));
+    }
+    for (int j = 0; j < kPositions; ++j) {
+      if (!F::kHasMin) {  // Q6_K: the values were q, not q - 32
+        const int32_t* xs16 = x.sums16_row(p0 + j) + b * (kQK_K / 16);
+        v128_t offset = wasm_i32x4_splat(0);
+        for (int g = 0; g < 16; g += 4) {
+          offset = wasm_i32x4_add(offset, wasm_i32x4_mul(simd::load(s[i].scale + g), simd::load(xs16 + g)));
+        }
+        row_a[j] = wasm_i32x4_sub(row_a[j], wasm_i32x4_shl(offset, 5));
+      }
+      rows[j][i] = row_a[j];
+    }
+  }
+  for (int j = 0; j < kPositions; ++j) a[j] = simd::transpose_sum_i32(rows[j][0], rows[j][1], rows[j][2], rows[j][3]);
+}
+
+// Several positions (prefill), an even number. With an 8-bit dot product
+// (simd::kByteDot) the values stay unsigned bytes, for dot_a_bytes: fewer
+// operations. Without one they are widened to int16 already multiplied by
+// their scale (|q * scale| <= 4096 fits), and positions take plain dot
+// products of those in pairs.
 template <class F, int kPositions>
 void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0, v128_t acc[kPositions]) {
   static_assert(kPositions % 2 == 0, "positions go in pairs");
   for (int j = 0; j < kPositions; ++j) acc[j] = wasm_f32x4_splat(0.0f);
   Scales s[4];
-  alignas(16) int16_t scaled[4][kQK_K];
   for (int b = 0; b < n_blocks; ++b) {
     const uint8_t* block[4];
     for (int i = 0; i < 4; ++i) {
       block[i] = tile.row[i] + static_cast<size_t>(b) * F::kBytes;
       F::decode_scales(block[i], &s[i]);
-      unpack_scaled<F>(block[i], s[i], scaled[i]);
+    }
+    v128_t a4[kPositions];
+    if constexpr (simd::kByteDot) {
+      alignas(16) uint8_t q[4][kQK_K];
+      for (int i = 0; i < 4; ++i) {
+        F::template for_each_chunk<true>(block[i], [&](int e, v128_t v, int) { simd::store(q[i] + e, v); });
+      }
+      dot_a_bytes<F, kPositions>(q, s, x, p0, b, a4);
+    } else {
+      alignas(16) int16_t scaled[4][kQK_K];
+      for (int i = 0; i < 4; ++i) unpack_scaled<F>(block[i], s[i], scaled[i]);
+      for (int j = 0; j + 1 < kPositions; j += 2) {
+        dot_a_scaled_2(scaled, x.q_row(p0 + j) + b * kQK_K, x.q_row(p0 + j + 1) + b * kQK_K, &a4[j]);
+      }
     }
     const BlockScales<F> scales(block);
-    v128_t a4[kPositions];
-    for (int j = 0; j + 1 < kPositions; j += 2) {
-      dot_a_scaled_2(scaled, x.q_row(p0 + j) + b * kQK_K, x.q_row(p0 + j + 1) + b * kQK_K, &a4[j]);
-    }
     for (int j = 0; j < kPositions; ++j) {
       v128_t b4 = wasm_i32x4_splat(0);
       if (F::kHasMin) {
@@ -352,70 +403,6 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
         b4 = simd::transpose_sum_i32(dot_b(s[0], xs), dot_b(s[1], xs), dot_b(s[2], xs), dot_b(s[3], xs));
       }
       acc[j] = accumulate_block<F>(acc[j], a4[j], b4, scales, x.d_row(p0 + j)[b]);
-    }
-  }
-}
-
-// Several positions with an 8-bit dot product (simd::kByteDot): each block of
-// four rows is unpacked once into its unsigned values (Q6_K's q, not q - 32),
-// and each position multiplies those as dot_a_fused does: a group's sum of
-// products, times its scale. Fewer operations than the int16 values scaled
-// beforehand, and the same integer A.
-template <class F, int kPositions>
-void dot_rows4_bytes(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0,
-                     v128_t acc[kPositions]) {
-  const int8_t* x8[kPositions];
-  const int16_t* x16[kPositions];
-  for (int j = 0; j < kPositions; ++j) {
-    acc[j] = wasm_f32x4_splat(0.0f);
-    x8[j] = x.q8_row(p0 + j);
-    x16[j] = x.q_row(p0 + j);
-  }
-  Scales s[4];
-  alignas(16) uint8_t q[4][kQK_K];
-  for (int b = 0; b < n_blocks; ++b) {
-    const uint8_t* block[4];
-    for (int i = 0; i < 4; ++i) {
-      block[i] = tile.row[i] + static_cast<size_t>(b) * F::kBytes;
-      F::decode_scales(block[i], &s[i]);
-      F::template for_each_chunk<true>(block[i], [&](int e, v128_t v, int) { simd::store(q[i] + e, v); });
-    }
-    const size_t e0 = static_cast<size_t>(b) * kQK_K;
-    v128_t a[kPositions][4];  // lanes of a[j][i] sum to row i's A at position p0 + j
-    for (int i = 0; i < 4; ++i) {
-      v128_t row_a[kPositions];
-      for (int j = 0; j < kPositions; ++j) row_a[j] = wasm_i32x4_splat(0);
-      for (int g = 0; g < kQK_K; g += F::kGroup) {
-        v128_t sum[kPositions];
-        for (int j = 0; j < kPositions; ++j) sum[j] = wasm_i32x4_splat(0);
-        for (int e = g; e < g + F::kGroup; e += 16) {
-          const v128_t w = simd::load(q[i] + e);
-          for (int j = 0; j < kPositions; ++j) sum[j] = simd::dot_u7x16_add(w, x8[j] + e0 + e, x16[j] + e0 + e, sum[j]);
-        }
-        const v128_t scale = wasm_i32x4_splat(s[i].scale[g / F::kGroup]);
-        for (int j = 0; j < kPositions; ++j) row_a[j] = wasm_i32x4_add(row_a[j], wasm_i32x4_mul(sum[j], scale));
-      }
-      for (int j = 0; j < kPositions; ++j) {
-        if (!F::kHasMin) {  // Q6_K: the values were q, not q - 32
-          const int32_t* xs16 = x.sums16_row(p0 + j) + b * (kQK_K / 16);
-          v128_t offset = wasm_i32x4_splat(0);
-          for (int g = 0; g < 16; g += 4) {
-            offset = wasm_i32x4_add(offset, wasm_i32x4_mul(simd::load(s[i].scale + g), simd::load(xs16 + g)));
-          }
-          row_a[j] = wasm_i32x4_sub(row_a[j], wasm_i32x4_shl(offset, 5));
-        }
-        a[j][i] = row_a[j];
-      }
-    }
-    const BlockScales<F> scales(block);
-    for (int j = 0; j < kPositions; ++j) {
-      v128_t b4 = wasm_i32x4_splat(0);
-      if (F::kHasMin) {
-        const int32_t* xs = x.sums_row(p0 + j) + b * (kQK_K / 32);
-        b4 = simd::transpose_sum_i32(dot_b(s[0], xs), dot_b(s[1], xs), dot_b(s[2], xs), dot_b(s[3], xs));
-      }
-      acc[j] = accumulate_block<F>(acc[j], simd::transpose_sum_i32(a[j][0], a[j][1], a[j][2], a[j][3]), b4, scales,
-                                   x.d_row(p0 + j)[b]);
     }
   }
 }
@@ -467,13 +454,7 @@ void rows_simd(const WeightMatrix& w, int row_begin, int row_end, const Activati
   const int n_blocks = w.cols / kQK_K;
   for_each_row_tile<4>(
       w, row_begin, row_end, x.n_positions, y, y_stride,
-      [&](const RowTile& tile, int p, v128_t* acc) {
-        if constexpr (simd::kByteDot) {
-          dot_rows4_bytes<F, 4>(tile, n_blocks, q, p, acc);
-        } else {
-          dot_rows4<F, 4>(tile, n_blocks, q, p, acc);
-        }
-      },
+      [&](const RowTile& tile, int p, v128_t* acc) { dot_rows4<F, 4>(tile, n_blocks, q, p, acc); },
       [&](const RowTile& tile, int p, v128_t* acc) { dot_rows4_one<F>(tile, n_blocks, q, p, acc); });
 }
 
