@@ -48,6 +48,9 @@ mkdir -p "$out/obj"
 sources="$(ls engine/src/kernels/*.cpp | grep -v _test.cpp) engine/src/runtime/thread_pool.cpp
   engine/src/model/tensor_type.cpp engine/src/runtime/kv_cache.cpp engine/src/error.cpp
   tests/bench/kernel_cases.cpp tests/bench/kernels_bench_plain.cpp"
+# (Old outputs are removed first, so that a failed step cannot leave a stale
+# module to run; Emscripten's warning about LLVM 19 is left out.)
+rm -f "$out"/obj/*.o "$out/kernels_bench.js"
 for source in $sources; do echo "$source"; done | xargs -P 2 -I{} sh -c \
   'em++ -c -std=c++20 '"$compile_flags"' -pthread -ffp-contract=off -Wall -Iengine/src -Iengine/include \
      "-DSIPLLM_BENCH_FILTER=\"$1\"" "$2" -o "$3/obj/$(basename "$2" .cpp).o" 2>&1 | grep -v "^emcc: warning: LLVM version" >&2 || true' \
@@ -56,6 +59,7 @@ objects=$(for source in $sources; do echo "$out/obj/$(basename "$source" .cpp).o
 # shellcheck disable=SC2086
 em++ $objects $link_flags -pthread -sENVIRONMENT=$environment -sPROXY_TO_PTHREAD -sEXIT_RUNTIME \
   -sPTHREAD_POOL_SIZE=4 -sINITIAL_MEMORY=536870912 -o "$out/kernels_bench.js" 2>&1 | grep -v "^emcc: warning: LLVM version" >&2 || true
+[ -e "$out/kernels_bench.js" ] || { echo "the build failed" >&2; exit 1; }
 
 if [ $browser = 1 ]; then
   node scripts/bench/kernels-chromium.mjs "$out"
