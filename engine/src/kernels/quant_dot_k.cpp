@@ -326,10 +326,10 @@ inline v128_t accumulate_block(v128_t acc, v128_t a4, v128_t b4, const BlockScal
   return wasm_f32x4_add(acc, term);
 }
 
-// A for four rows (lanes of a[j] give row i's A at position p0 + j in lane
-// i) from their unpacked unsigned values q (Q6_K's q, not q - 32), each
-// position multiplying them as dot_a_fused does: a group's sum of products,
-// times its scale.
+// A for four rows and kPositions positions (lane i of a[j]: row i's A at
+// position p0 + j) from the rows' unpacked unsigned values q (Q6_K's q, not
+// q - 32), each position multiplying them as dot_a_fused does: a group's sum
+// of products, times its scale.
 template <class F, int kPositions>
 void dot_a_bytes(const uint8_t (*q)[kQK_K], const Scales s[4], const QuantizedActivations& x, int p0, int b,
                  v128_t a[kPositions]) {
