@@ -101,13 +101,17 @@ std::vector<VectorCase> vector_cases() {
           {"softmax 1024", 4 * 1024},
           {"quantize q8_0 4864", 3 * 4864},
           {"quantize q8_k 4864", 3 * 4864},
-          {"attention 9x64 over 256", 4.0 * 9 * 64 * 256}};
+          {"attention 9x64 over 256", 4.0 * 9 * 64 * 256},
+          // The ceiling of decoding, which reads every weight once per token:
+          // a plain sum over a buffer far larger than the caches.
+          {"read probe 256 MB", 0, 256.0 * (1 << 20)}};
 }
 
 VectorFixture::VectorFixture(const VectorCase& c) : case_(c) {
   a_ = random_floats(1 << 14, 1.0f, 3);  // also serves as a rope table
   b_ = random_floats(1 << 14, 1.0f, 4);
   c_.resize(1 << 14);
+  if (c.bytes_per_run > 0) big_.assign(static_cast<size_t>(c.bytes_per_run) / sizeof(uint64_t), 1);
   if (c.name.rfind("attention", 0) == 0) {
     cache_ = std::make_unique<KvCache>(1, 3 * 64, 256);
     cache_->reserve(256);
@@ -120,7 +124,16 @@ VectorFixture::VectorFixture(const VectorCase& c) : case_(c) {
 
 void VectorFixture::run(ThreadPool& pool) {
   const std::string& n = case_.name;
-  if (n == "rmsnorm 576") {
+  if (!big_.empty()) {
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (size_t i = 0; i < big_.size(); i += 4) {
+      a += big_[i];
+      b += big_[i + 1];
+      c += big_[i + 2];
+      d += big_[i + 3];
+    }
+    c_[0] = static_cast<float>(a + b + c + d);  // the reads must happen
+  } else if (n == "rmsnorm 576") {
     rmsnorm(c_.data(), a_.data(), b_.data(), 576, 1e-5f);
   } else if (n == "rope 9x64") {
     RopeParams rope;

@@ -48,7 +48,8 @@ class MatmulFixture {
 // softmax, attention, activation quantization), named with its size.
 struct VectorCase {
   std::string name;
-  double flops_per_run;  // nominal, for a GFLOP/s figure
+  double flops_per_run;       // nominal, for a GFLOP/s figure
+  double bytes_per_run = 0;   // read from memory, for a GB/s figure
 };
 std::vector<VectorCase> vector_cases();
 
@@ -60,6 +61,7 @@ class VectorFixture {
  private:
   VectorCase case_;
   std::vector<float> a_, b_, c_, scratch_;
+  std::vector<uint64_t> big_;
   QuantizedActivations quantized_;
   std::unique_ptr<KvCache> cache_;
 };

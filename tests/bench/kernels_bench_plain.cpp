@@ -54,7 +54,8 @@ int run_cases(const std::string& filter) {
     if (c.name.find(filter) == std::string::npos) continue;
     VectorFixture fixture(c);
     const double s = seconds_per_run([&] { fixture.run(pool); });
-    std::printf("%-44s %7d %10.3f %9s %9.2f\n", ("vector " + c.name).c_str(), 1, s * 1e6, "",
+    std::printf("%-44s %7d %10.3f %9s %9.2f\n", ("vector " + c.name).c_str(), 1, s * 1e6,
+                c.bytes_per_run > 0 ? std::to_string(c.bytes_per_run / s / 1e9).substr(0, 5).c_str() : "",
                 c.flops_per_run / s / 1e9);
     std::fflush(stdout);
   }
