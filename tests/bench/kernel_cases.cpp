@@ -83,6 +83,7 @@ MatmulFixture::MatmulFixture(const MatmulCase& c) : case_(c) {
   w_.cols = c.cols;
   w_.data = bytes_.data();
   w_.row_bytes = row_bytes;
+  w_ = tile_rows(w_, bytes_.data());  // as the engine holds a model's
 }
 
 void MatmulFixture::run(ThreadPool& pool) {

@@ -53,7 +53,7 @@ void dot_rows4(const RowTile& tile, int cols, const float* x, int p0, v128_t* ou
   }
   for (int k = 0; k < cols4; k += 4) {
     if (kPositions == 1 && k % kColsPerLine == 0) {
-      for (int i = 0; i < 4; ++i) tile.prefetch_ahead(i, F::kBytes * static_cast<size_t>(k), 64);
+      for (int i = 0; i < 4; ++i) tile.prefetch_ahead(row[i] + F::kBytes * static_cast<size_t>(k), 64);
     }
     v128_t w[4];
     for (int i = 0; i < 4; ++i) w[i] = F::load4(row[i], k);

@@ -429,6 +429,69 @@ TEST_P(MatmulKernelTest, ResultDoesNotDependOnBatchOrThreads) {
   }
 }
 
+// The tiled layout (tile_rows) moves blocks, never what is computed with
+// them: every kernel, SIMD and reference, gives the bits it gives row-major,
+// and a row reads back the same.
+TEST_P(MatmulKernelTest, TiledMatrixGivesTheSameBits) {
+  const TensorType type = GetParam();
+  const MatmulKernel& kernel = *find_matmul_kernel(type);
+  std::mt19937 rng(23);
+  for (int cols : test_cols(type)) {
+    for (int rows : {1, 3, 4, 5, 17}) {
+      const TestMatrix m = make_matrix(type, rows, cols, rng, true);
+      std::vector<uint8_t> bytes = m.bytes;
+      const WeightMatrix tiled = tile_rows(m.view(), bytes.data());
+      SCOPED_TRACE(type_name(type) + ", rows " + std::to_string(rows) + ", cols " + std::to_string(cols));
+      if (!is_integer_type(type)) {
+        EXPECT_FALSE(tiled.tiled) << "float kernels read rows as they are";
+        EXPECT_EQ(bytes, m.bytes);
+        continue;
+      }
+      ASSERT_TRUE(tiled.tiled);
+      if (rows > 1 && cols > static_cast<int>(tensor_type_traits(type).block_elements)) EXPECT_NE(bytes, m.bytes);
+      for (int r = 0; r < rows; ++r) {
+        std::vector<float> a(static_cast<size_t>(cols)), b(static_cast<size_t>(cols));
+        dequantize_matrix_row(m.view(), r, a.data());
+        dequantize_matrix_row(tiled, r, b.data());
+        ASSERT_TRUE(same_bits(a, b)) << "row " << r;
+      }
+      for (int n_positions : {1, 4, 5}) {
+        const std::vector<float> x = random_floats(rng, static_cast<size_t>(n_positions) * cols);
+        for (int row_begin : {0, 4}) {
+          if (row_begin >= rows) continue;
+          for (MatmulRowsFn fn : {kernel.rows, kernel.reference}) {
+            const auto stride = static_cast<size_t>(rows);
+            ASSERT_TRUE(same_bits(run_kernel(fn, tiled, row_begin, rows, x, n_positions, kernel, stride),
+                                  run_kernel(fn, m.view(), row_begin, rows, x, n_positions, kernel, stride)))
+                << "positions " << n_positions << ", from row " << row_begin;
+          }
+        }
+      }
+    }
+  }
+  if (!is_integer_type(type)) return;
+  // Split across threads, as matmul() splits rows.
+  const int cols = test_cols(type).back(), rows = 301, n_positions = 3;
+  const TestMatrix m = make_matrix(type, rows, cols, rng, false);
+  std::vector<uint8_t> bytes = m.bytes;
+  const WeightMatrix tiled = tile_rows(m.view(), bytes.data());
+  const std::vector<float> x = random_floats(rng, static_cast<size_t>(n_positions) * cols);
+  ThreadPool three(3);
+  for (int n : {1, n_positions}) {
+    std::vector<float> y(static_cast<size_t>(rows) * n), y_tiled(y.size());
+    matmul(m.view(), x.data(), n, y.data(), three);
+    matmul(tiled, x.data(), n, y_tiled.data(), three);
+    EXPECT_TRUE(same_bits(y, y_tiled)) << n << " positions";
+  }
+  // A kernel never starts inside a tile: its rows would be misread.
+  try {
+    run_kernel(kernel.rows, tiled, 1, rows, x, 1, kernel, static_cast<size_t>(rows));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, MatmulKernelTest, ::testing::ValuesIn(kernel_types()),
                          [](const ::testing::TestParamInfo<TensorType>& info) { return type_name(info.param); });
 

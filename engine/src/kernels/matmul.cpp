@@ -1,7 +1,9 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "kernels/quant_dot.h"
 #include "sipllm/error.h"
@@ -121,7 +123,56 @@ void matmul(const WeightMatrix& w, const float* x, int n_positions, float* y, Th
 }
 
 void dequantize_matrix_row(const WeightMatrix& w, int row, float* out) {
-  dequantize_row(w.type, w.data + static_cast<size_t>(row) * w.row_bytes, out, static_cast<size_t>(w.cols));
+  if (!w.tiled) {
+    dequantize_row(w.type, w.row_start(row), out, static_cast<size_t>(w.cols));
+    return;
+  }
+  const TensorTypeTraits& traits = tensor_type_traits(w.type);
+  const uint8_t* block = w.row_start(row);
+  const size_t stride = w.block_stride(row);
+  for (int k = 0; k < w.cols; k += static_cast<int>(traits.block_elements), block += stride) {
+    dequantize_row(w.type, block, out + k, traits.block_elements);
+  }
+}
+
+namespace {
+
+// One tile's rows, row-major in `rows`, to the tiled layout at `tile`.
+// kBlockBytes is a constant where it can be, so that each block's copy is a
+// few moves rather than a call.
+template <size_t kBlockBytes>
+void interleave(const uint8_t* rows, int n_rows, size_t n_blocks, size_t row_bytes, size_t block_bytes,
+                uint8_t* tile) {
+  const size_t bytes = kBlockBytes != 0 ? kBlockBytes : block_bytes;
+  for (size_t b = 0; b < n_blocks; ++b) {
+    for (int i = 0; i < n_rows; ++i, tile += bytes) {
+      std::memcpy(tile, rows + static_cast<size_t>(i) * row_bytes + b * bytes, bytes);
+    }
+  }
+}
+
+}  // namespace
+
+WeightMatrix tile_rows(const WeightMatrix& w, uint8_t* bytes) {
+  const TensorTypeTraits& traits = tensor_type_traits(w.type);
+  if (w.tiled || traits.block_elements == 1 || find_matmul_kernel(w.type) == nullptr) return w;
+  const size_t n_blocks = static_cast<size_t>(w.cols) / traits.block_elements;
+  std::vector<uint8_t> rows(static_cast<size_t>(WeightMatrix::kTileRows) * w.row_bytes);
+  for (int r = 0; r < w.rows; r += WeightMatrix::kTileRows) {
+    const int n = std::min(WeightMatrix::kTileRows, w.rows - r);
+    uint8_t* tile = bytes + static_cast<size_t>(r) * w.row_bytes;
+    std::memcpy(rows.data(), tile, static_cast<size_t>(n) * w.row_bytes);
+    switch (traits.block_bytes) {
+      case sizeof(BlockQ4_0): interleave<sizeof(BlockQ4_0)>(rows.data(), n, n_blocks, w.row_bytes, 0, tile); break;
+      case sizeof(BlockQ5_0): interleave<sizeof(BlockQ5_0)>(rows.data(), n, n_blocks, w.row_bytes, 0, tile); break;
+      case sizeof(BlockQ8_0): interleave<sizeof(BlockQ8_0)>(rows.data(), n, n_blocks, w.row_bytes, 0, tile); break;
+      default: interleave<0>(rows.data(), n, n_blocks, w.row_bytes, traits.block_bytes, tile);
+    }
+  }
+  WeightMatrix tiled = w;
+  tiled.data = bytes;
+  tiled.tiled = true;
+  return tiled;
 }
 
 }  // namespace sipllm

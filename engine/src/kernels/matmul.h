@@ -36,6 +36,7 @@ struct ActivationView {
 };
 
 // Writes y[p * y_stride + r] for rows [row_begin, row_end) and every position.
+// In a tiled matrix row_begin is a multiple of WeightMatrix::kTileRows.
 using MatmulRowsFn = void (*)(const WeightMatrix& w, int row_begin, int row_end,
                               const ActivationView& x, float* y, size_t y_stride);
 
@@ -66,7 +67,14 @@ void matmul_each(std::initializer_list<MatmulProduct> products, Activations& x, 
 void matmul(const WeightMatrix& w, const float* x, int n_positions, float* y, ThreadPool& pool,
             int y_stride = 0);
 
-// Copies row `row` of `w` out as floats.
+// Copies row `row` of `w` out as floats, in either layout.
 void dequantize_matrix_row(const WeightMatrix& w, int row, float* out);
+
+// Rearranges a row-major quantized matrix into tiles of four rows (see
+// WeightMatrix), in place: `bytes` is w.data, writable. Returns the matrix as
+// it then lies. Float matrices, whose kernels read elements, not blocks, stay
+// row-major. Rows [row_begin, row_end) handed to a kernel start at a multiple
+// of four in a tiled matrix, as matmul() splits them.
+WeightMatrix tile_rows(const WeightMatrix& w, uint8_t* bytes);
 
 }  // namespace sipllm

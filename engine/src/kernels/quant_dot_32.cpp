@@ -219,9 +219,9 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
   }
   for (int b = 0; b < n_blocks; ++b) {
     const uint8_t* block[4];
-    for (int i = 0; i < 4; ++i) block[i] = tile.row[i] + static_cast<size_t>(b) * F::kBytes;
+    for (int i = 0; i < 4; ++i) block[i] = tile.row[i] + static_cast<size_t>(b) * tile.block_stride;
     if (kPositions == 1) {
-      for (int i = 0; i < 4; ++i) tile.prefetch_ahead(i, static_cast<size_t>(b) * F::kBytes, F::kBytes);
+      for (int i = 0; i < 4; ++i) tile.prefetch_ahead(block[i], F::kBytes);
     }
     // The four rows' fp16 scales (and minimums), converted together.
     const v128_t dw4 = simd::fp16x4_to_f32x4(wasm_i32x4_make(F::scale_bits(block[0]), F::scale_bits(block[1]),
@@ -314,11 +314,12 @@ void rows_reference(const WeightMatrix& w, int row_begin, int row_end, const Act
   const int n_blocks = w.cols / kBlock;
   int16_t wq[kBlock];
   for (int r = row_begin; r < row_end; ++r) {
-    const uint8_t* row = w.data + static_cast<size_t>(r) * w.row_bytes;
+    const uint8_t* row = w.row_start(r);
+    const size_t stride = w.block_stride(r);
     for (int p = 0; p < x.n_positions; ++p) {
       float acc = 0.0f;
       for (int b = 0; b < n_blocks; ++b) {
-        const uint8_t* block = row + static_cast<size_t>(b) * F::kBytes;
+        const uint8_t* block = row + static_cast<size_t>(b) * stride;
         F::unpack_reference(block, wq);
         const int16_t* xq = q.q_row(p) + b * kBlock;
         int32_t isum = 0;

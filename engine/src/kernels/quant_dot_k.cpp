@@ -378,7 +378,7 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
   for (int b = 0; b < n_blocks; ++b) {
     const uint8_t* block[4];
     for (int i = 0; i < 4; ++i) {
-      block[i] = tile.row[i] + static_cast<size_t>(b) * F::kBytes;
+      block[i] = tile.row[i] + static_cast<size_t>(b) * tile.block_stride;
       F::decode_scales(block[i], &s[i]);
     }
     v128_t a4[kPositions];
@@ -407,13 +407,13 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
   }
 }
 
-// One position (decode), the same sums in the same order: the four rows are
-// read one after the other, each whole, so that the tile's bytes (the four
-// rows are adjacent) are one ascending stream, which the hardware prefetchers
-// follow. (Read in step, block by block, they are four streams, and without
-// a prefetch instruction, as in WebAssembly, the kernel waited on memory.)
-// Each block's integer sums wait in `a` and `b` until the four rows' ones are
-// combined.
+// One position (decode), the same sums in the same order, with the tile's
+// bytes read as one ascending stream, which the hardware prefetchers follow:
+// a tiled matrix block by block, a row-major one row after row, each whole
+// (the four rows are adjacent). (Row-major rows read in step, block by block,
+// are four streams, and without a prefetch instruction, as in WebAssembly,
+// the kernel waited on memory.) Each block's integer sums wait in `a` and
+// `b` until the four rows' ones are combined.
 template <class F>
 void dot_rows4_one(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p, v128_t acc[1]) {
   constexpr int kChunk = 32;  // blocks per pass: 4 KB of sums
@@ -426,20 +426,27 @@ void dot_rows4_one(const RowTile& tile, int n_blocks, const QuantizedActivations
   Scales s;
   for (int first = 0; first < n_blocks; first += kChunk) {
     const int count = n_blocks - first < kChunk ? n_blocks - first : kChunk;
-    for (int i = 0; i < 4; ++i) {
+    const auto sum_block = [&](int c, int i) {
+      const int blk = first + c;
+      const uint8_t* block = tile.row[i] + static_cast<size_t>(blk) * tile.block_stride;
+      tile.prefetch_ahead(block, F::kBytes);
+      F::decode_scales(block, &s);
+      a[c][i] = dot_a_fused<F>(block, s, x16 + blk * kQK_K, x8 + blk * kQK_K, xs16 + blk * (kQK_K / 16));
+      if (F::kHasMin) b[c][i] = dot_b(s, xs + blk * (kQK_K / 32));
+    };
+    if (tile.block_stride != F::kBytes) {  // tiled
       for (int c = 0; c < count; ++c) {
-        const int blk = first + c;
-        tile.prefetch_ahead(i, static_cast<size_t>(blk) * F::kBytes, F::kBytes);
-        const uint8_t* block = tile.row[i] + static_cast<size_t>(blk) * F::kBytes;
-        F::decode_scales(block, &s);
-        a[c][i] = dot_a_fused<F>(block, s, x16 + blk * kQK_K, x8 + blk * kQK_K, xs16 + blk * (kQK_K / 16));
-        if (F::kHasMin) b[c][i] = dot_b(s, xs + blk * (kQK_K / 32));
+        for (int i = 0; i < 4; ++i) sum_block(c, i);
+      }
+    } else {
+      for (int i = 0; i < 4; ++i) {
+        for (int c = 0; c < count; ++c) sum_block(c, i);
       }
     }
     for (int c = 0; c < count; ++c) {
       const int blk = first + c;
       const uint8_t* block[4];
-      for (int i = 0; i < 4; ++i) block[i] = tile.row[i] + static_cast<size_t>(blk) * F::kBytes;
+      for (int i = 0; i < 4; ++i) block[i] = tile.row[i] + static_cast<size_t>(blk) * tile.block_stride;
       const v128_t b4 = F::kHasMin ? simd::transpose_sum_i32(b[c][0], b[c][1], b[c][2], b[c][3]) : wasm_i32x4_splat(0);
       acc[0] = accumulate_block<F>(acc[0], simd::transpose_sum_i32(a[c][0], a[c][1], a[c][2], a[c][3]), b4,
                                    BlockScales<F>(block), x.d_row(p)[blk]);
@@ -469,11 +476,12 @@ void rows_reference(const WeightMatrix& w, int row_begin, int row_end, const Act
   Scales s;
   float d = 0, dmin = 0;
   for (int r = row_begin; r < row_end; ++r) {
-    const uint8_t* row = w.data + static_cast<size_t>(r) * w.row_bytes;
+    const uint8_t* row = w.row_start(r);
+    const size_t stride = w.block_stride(r);
     for (int p = 0; p < x.n_positions; ++p) {
       float acc = 0.0f;
       for (int b = 0; b < n_blocks; ++b) {
-        F::unpack_reference(row + static_cast<size_t>(b) * F::kBytes, wq, &s, &d, &dmin);
+        F::unpack_reference(row + static_cast<size_t>(b) * stride, wq, &s, &d, &dmin);
         const int16_t* xq = q.q_row(p) + b * kQK_K;
         int32_t a = 0, bsum = 0;
         for (int i = 0; i < kQK_K; ++i) a += s.scale[i / F::kGroup] * (wq[i] * xq[i]);

@@ -6,32 +6,42 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "kernels/matmul.h"
 #include "kernels/simd.h"
+#include "sipllm/error.h"
 
 namespace sipllm {
 
-// Four rows of a matrix, and the rows simd::prefetch_rows_ahead() further on
-// to prefetch while they are read. A matrix-vector product (one position)
-// reads each row once, so it prefetches as it goes: its kernel calls
-// prefetch_ahead() for each block of a row it reads, and the prefetches spread
-// over the computation. (Issued in a burst per tile, they queued on the core's few
+// Four rows of a matrix, and the bytes simd::prefetch_rows_ahead() rows
+// further on to prefetch while they are read. Rows [r, r + 4) take the same
+// bytes in either layout (WeightMatrix), so "the byte this far ahead of the
+// one read" is right in both. A matrix-vector product (one position) reads
+// each row once, so it prefetches as it goes: its kernel calls
+// prefetch_ahead() for each block it reads, and the prefetches spread over
+// the computation. (Issued in a burst per tile, they queued on the core's few
 // outstanding-miss slots and stalled the kernel: native one-thread decode ran
 // at 55-75 % of the speed it has this way.) Several positions reuse the rows
 // from cache: there the burst costs little, and the tile's kernel, called
 // once per group of positions, does not prefetch. Nor does a kernel whose
-// prefetch has to wait (simd::kPrefetchNeverWaits): WebAssembly's.
+// prefetch has to wait (simd::kPrefetchNeverWaits): WebAssembly's, which
+// prefetches a row-major matrix in a burst per tile, and a tiled one not at
+// all: a tiled matrix is read as one ascending stream, which the hardware
+// prefetchers follow. (In Chromium a one-thread matrix-vector product from
+// memory ran 1.4-1.8x faster tiled without prefetches than row-major with them.)
 struct RowTile {
-  const uint8_t* row[4];
-  const uint8_t* ahead[4];  // nullptr: nothing to prefetch (past the matrix, or prefetched already)
+  const uint8_t* row[4];  // each row's first block
+  size_t block_stride;    // bytes from a block of a row to its next (WeightMatrix::block_stride)
+  size_t ahead_bytes;     // how far ahead to prefetch; 0: nothing to prefetch (or done already)
+  const uint8_t* end;     // the end of the matrix: nothing at or past it is prefetched
 
-  // Prefetches bytes [offset, offset + length) of the row ahead of row i
-  // (length at most a few cache lines: one block).
-  void prefetch_ahead(int i, size_t offset, size_t length) const {
-    if constexpr (!simd::kPrefetchNeverWaits) return;  // the tile prefetched in a burst
-    if (ahead[i] == nullptr) return;
-    for (size_t at = 0; at < length; at += 64) simd::prefetch(ahead[i] + offset + at);
+  // Prefetches `length` bytes (a block) ahead_bytes past p, which the
+  // kernel is reading.
+  void prefetch_ahead(const uint8_t* p, size_t length) const {
+    if constexpr (!simd::kPrefetchNeverWaits) return;  // the tile prefetched in a burst, or not at all
+    if (ahead_bytes == 0 || p + ahead_bytes + length > end) return;
+    for (size_t at = 0; at < length; at += 64) simd::prefetch(p + ahead_bytes + at);
   }
 };
 
@@ -41,27 +51,29 @@ struct RowTile {
 template <int kTile, class DotTile, class DotOne>
 void for_each_row_tile(const WeightMatrix& w, int row_begin, int row_end, int n_positions, float* y,
                        size_t y_stride, DotTile dot_tile, DotOne dot_one) {
-  const size_t matrix_bytes = static_cast<size_t>(w.rows) * w.row_bytes;
-  const uint8_t* matrix_end = w.data + matrix_bytes;
+  static_assert(WeightMatrix::kTileRows == 4, "a tile of the layout is a tile of the kernels");
+  if (w.tiled && row_begin % 4 != 0) {
+    throw Error(ErrorKind::kInvalidArgument, "rows of a tiled matrix from row " + std::to_string(row_begin) +
+                                                 ", not the start of a tile");
+  }
+  const bool prefetch = simd::kPrefetchNeverWaits || !w.tiled;
+  const uint8_t* matrix_end = w.data + static_cast<size_t>(w.rows) * w.row_bytes;
   const size_t ahead_bytes = simd::prefetch_rows_ahead(w.row_bytes) * w.row_bytes;
-  simd::prefetch_run_start(w.data + static_cast<size_t>(row_begin) * w.row_bytes, w.row_bytes, matrix_end);
+  if (prefetch) simd::prefetch_run_start(w.data + static_cast<size_t>(row_begin) * w.row_bytes, w.row_bytes, matrix_end);
   for (int r = row_begin; r < row_end; r += 4) {
     const int valid = row_end - r < 4 ? row_end - r : 4;
     RowTile tile;
-    for (int i = 0; i < 4; ++i) {
-      tile.row[i] = w.data + static_cast<size_t>(r + (i < valid ? i : valid - 1)) * w.row_bytes;
-      tile.ahead[i] = nullptr;
-      if (ahead_bytes + static_cast<size_t>(r + i + 1) * w.row_bytes <= matrix_bytes) {
-        tile.ahead[i] = w.data + ahead_bytes + static_cast<size_t>(r + i) * w.row_bytes;
-      }
+    tile.block_stride = w.block_stride(r);
+    for (int i = 0; i < 4; ++i) tile.row[i] = w.row_start(r + (i < valid ? i : valid - 1));
+    tile.ahead_bytes = prefetch ? ahead_bytes : 0;
+    tile.end = matrix_end;
+    if (prefetch && (n_positions >= kTile || !simd::kPrefetchNeverWaits)) {
+      const uint8_t* ahead = w.data + static_cast<size_t>(r) * w.row_bytes + ahead_bytes;
+      const uint8_t* ahead_end = ahead + static_cast<size_t>(valid) * w.row_bytes;
+      if (ahead < matrix_end) simd::prefetch_range(ahead, ahead_end < matrix_end ? ahead_end : matrix_end);
+      tile.ahead_bytes = 0;
     }
     int p = 0;
-    if (n_positions >= kTile || !simd::kPrefetchNeverWaits) {
-      for (const uint8_t* ahead : tile.ahead) {
-        if (ahead != nullptr) simd::prefetch_range(ahead, ahead + w.row_bytes);
-      }
-      for (const uint8_t*& ahead : tile.ahead) ahead = nullptr;
-    }
     for (; p + kTile <= n_positions; p += kTile) {
       v128_t acc[kTile];
       dot_tile(tile, p, acc);
@@ -71,7 +83,7 @@ void for_each_row_tile(const WeightMatrix& w, int row_begin, int row_end, int n_
       v128_t acc[1];
       dot_one(tile, p, acc);
       simd::store_lanes(acc[0], y + static_cast<size_t>(p) * y_stride + r, valid);
-      for (const uint8_t*& ahead : tile.ahead) ahead = nullptr;
+      tile.ahead_bytes = 0;
     }
   }
 }

@@ -13,21 +13,47 @@
 namespace sipllm {
 
 // A matrix of `rows` rows of `cols` elements each, in the file's type.
+//
+// Its blocks lie in one of two layouts. Row-major, as in the file: row after
+// row. Or in tiles of four rows (tile_rows() in kernels/matmul.h arranges a
+// quantized matrix so when it is loaded): each tile holds block 0 of its four
+// rows, then block 1 of each, and so on; the last tile, of the rows left
+// over, likewise. The kernels read four rows at a time, and a tile is what
+// they read, in order: one sequential stream, which the hardware prefetchers
+// follow, where four rows side by side are four streams they lose. A tile
+// takes the bytes its rows take row-major, so rows [4k, 4k + 4) are in the
+// same place in both layouts.
 struct WeightMatrix {
+  static constexpr int kTileRows = 4;
+
   TensorType type = TensorType::kF32;
   int rows = 0;
   int cols = 0;
   const uint8_t* data = nullptr;
   size_t row_bytes = 0;
+  bool tiled = false;
 
   explicit operator bool() const { return data != nullptr; }
-  // Rows [first, first + count) of this matrix.
+  // Rows [first, first + count) of a row-major matrix.
   WeightMatrix row_range(int first, int count) const {
     WeightMatrix m = *this;
     m.rows = count;
     m.data = data + static_cast<size_t>(first) * row_bytes;
     return m;
   }
+  // Where row r's first block is, and the bytes from each of its blocks to
+  // the next.
+  const uint8_t* row_start(int r) const {
+    if (!tiled) return data + static_cast<size_t>(r) * row_bytes;
+    const int tile = r / kTileRows * kTileRows;
+    return data + static_cast<size_t>(tile) * row_bytes + static_cast<size_t>(r - tile) * block_bytes();
+  }
+  size_t block_stride(int r) const {
+    if (!tiled) return block_bytes();
+    const int tile = r / kTileRows * kTileRows;
+    return static_cast<size_t>(rows - tile < kTileRows ? rows - tile : kTileRows) * block_bytes();
+  }
+  size_t block_bytes() const { return tensor_type_traits(type).block_bytes; }
 };
 
 struct UnitWeights {

@@ -44,6 +44,7 @@ KernelWarmUp::KernelWarmUp(const ModelDescription& model, KvCacheType kv_cache_t
       std::copy_n(m.bytes.data(), m.w.row_bytes, m.bytes.data() + static_cast<size_t>(r) * m.w.row_bytes);
     }
     m.w.data = m.bytes.data();
+    m.w = tile_rows(m.w, m.bytes.data());  // as the loader leaves the model's
     matrices_.push_back(std::move(m));
     max_cols = std::max(max_cols, cols);
   }

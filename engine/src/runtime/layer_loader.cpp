@@ -5,6 +5,7 @@
 #include <limits>
 #include <new>
 
+#include "kernels/matmul.h"
 #include "model/half.h"
 
 #if defined(__linux__)
@@ -370,13 +371,18 @@ void LayerLoader::load_into(int unit, Slot& slot) {
     m.rows = static_cast<int>(slice.rows);
     m.row_bytes = static_cast<size_t>(slice.row_bytes());
     m.data = data;
+    // Each matrix in the layout its kernel reads fastest (four-row tiles),
+    // rearranged in the buffer: the bytes are this slot's own.
+    const auto arrange = [&](const WeightMatrix& part) {
+      return tile_rows(part, base + (part.data - base));
+    };
     if (spec.matrices.size() == 1) {
-      slot.view.*spec.matrices[0].matrix = m;  // all of this unit's rows (a head piece has some)
+      slot.view.*spec.matrices[0].matrix = arrange(m);  // all of this unit's rows (a head piece has some)
     } else {
       int first = 0;
       for (const TensorSpec::RowRange& part : spec.matrices) {
         const auto rows = static_cast<int>(model_.shape.size(part.rows));
-        slot.view.*part.matrix = m.row_range(first, rows);
+        slot.view.*part.matrix = arrange(m.row_range(first, rows));
         first += rows;
       }
     }
@@ -673,8 +679,11 @@ void LayerLoader::embed(const int32_t* tokens, int n, float* out) {
   }
 
   // Rows already in memory: the resident table, or the resident head piece
-  // holding the row when the head is the embedding table.
+  // holding the row when the head is the embedding table (there in the
+  // kernels' layout: dequantize_matrix_row reads it).
   std::vector<const uint8_t*> rows(static_cast<size_t>(n), nullptr);
+  std::vector<WeightMatrix> head_matrices(static_cast<size_t>(n));
+  std::vector<int> head_rows(static_cast<size_t>(n), -1);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (int i = 0; i < n; ++i) {
@@ -685,8 +694,8 @@ void LayerLoader::embed(const int32_t* tokens, int n, float* out) {
         const size_t piece = token / static_cast<size_t>(model_.head_rows_per_piece);
         const Slot* head = resident_[static_cast<size_t>(model_.first_head_unit()) + piece].get();
         if (head != nullptr && (head->state == SlotState::kReady || head->state == SlotState::kInUse)) {
-          const size_t row_in_piece = token - piece * model_.head_rows_per_piece;
-          rows[static_cast<size_t>(i)] = head->view.output.data + row_in_piece * row_bytes;
+          head_matrices[static_cast<size_t>(i)] = head->view.output;
+          head_rows[static_cast<size_t>(i)] = static_cast<int>(token - piece * model_.head_rows_per_piece);
         }
       }
     }
@@ -695,7 +704,7 @@ void LayerLoader::embed(const int32_t* tokens, int n, float* out) {
   // The rest: each distinct row read once, all in one batch.
   std::vector<int32_t> missing;
   for (int i = 0; i < n; ++i) {
-    if (rows[static_cast<size_t>(i)] == nullptr) missing.push_back(tokens[i]);
+    if (rows[static_cast<size_t>(i)] == nullptr && head_rows[static_cast<size_t>(i)] < 0) missing.push_back(tokens[i]);
   }
   std::sort(missing.begin(), missing.end());
   missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
@@ -711,6 +720,11 @@ void LayerLoader::embed(const int32_t* tokens, int n, float* out) {
     stats_.embedding_bytes_read += fetched.size();
   }
   for (int i = 0; i < n; ++i) {
+    if (head_rows[static_cast<size_t>(i)] >= 0) {
+      dequantize_matrix_row(head_matrices[static_cast<size_t>(i)], head_rows[static_cast<size_t>(i)],
+                            out + static_cast<size_t>(i) * dim);
+      continue;
+    }
     const uint8_t* row = rows[static_cast<size_t>(i)];
     if (row == nullptr) {
       const size_t k = static_cast<size_t>(std::lower_bound(missing.begin(), missing.end(), tokens[i]) - missing.begin());

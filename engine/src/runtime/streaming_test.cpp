@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "kernels/matmul.h"
 #include "model/gguf.h"
 #include "runtime/kv_cache.h"
 #include "runtime/layer_loader.h"
@@ -534,11 +535,18 @@ TEST_P(LoaderStress, RandomOrdersAndWrongAnnouncementsAlwaysYieldTheRightBytes) 
     loader.set_continuation(next() % 2 == 0);
     const int unit = next() % units;
     const UnitWeights& w = loader.acquire(unit);
-    // Every matrix of the unit holds the file's bytes.
+    // Every matrix of the unit holds the file's bytes, in four-row tiles.
     for (const TensorSlice& slice : model.units[static_cast<size_t>(unit)].tensors) {
       if (slice.spec->is_vector()) continue;
       const WeightMatrix& m = w.*slice.spec->matrices[0].matrix;
-      ASSERT_EQ(std::memcmp(m.data, bytes.data() + slice.offset(), slice.bytes()), 0)
+      std::vector<uint8_t> expected(bytes.begin() + static_cast<long>(slice.offset()),
+                                    bytes.begin() + static_cast<long>(slice.offset() + slice.bytes()));
+      WeightMatrix row_major = m;
+      row_major.tiled = false;
+      row_major.data = expected.data();
+      ASSERT_TRUE(tile_rows(row_major, expected.data()).tiled);
+      ASSERT_TRUE(m.tiled);
+      ASSERT_EQ(std::memcmp(m.data, expected.data(), expected.size()), 0)
           << "unit " << unit << " round " << round << " tensor " << slice.tensor->name;
     }
     loader.release(unit);
