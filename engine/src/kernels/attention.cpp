@@ -20,15 +20,25 @@ constexpr size_t kChunkMacs = 1 << 16;
 // The largest head the query's F16 copy has room for.
 constexpr int kMaxHeadDim = 512;
 
-// Four cache elements as floats; kFinite: an F16 cache that holds no
-// infinity and no NaN (KvCache::halves_finite), read with fewer operations.
+// The heads of one task share a KV head (grouped-query attention): each key
+// and value is read, and converted from F16, once for all of them. At most
+// this many, so that their accumulators stay in registers.
+constexpr int kMaxGroup = 4;
+
+// Four cache elements as floats divided by kLoadScale<T, kFinite>: a finite
+// F16 cache is read without SIMD128's multiplication by 2^112
+// (simd::load_finite_fp16x4_scaled), which the other factor of each product
+// takes instead; the products are the same.
+template <class T, bool kFinite>
+constexpr float kLoadScale = std::is_same_v<T, uint16_t> && kFinite ? simd::kHalfLoadScale : 1.0f;
+
 template <bool kFinite>
 inline v128_t load4(const float* p) {
   return simd::load(p);
 }
 template <bool kFinite>
 inline v128_t load4(const uint16_t* p) {
-  return kFinite ? simd::load_finite_fp16x4(p) : simd::load_fp16x4(p);
+  return kFinite ? simd::load_finite_fp16x4_scaled(p) : simd::load_fp16x4(p);
 }
 inline float element(const float* p, int i) { return p[i]; }
 inline float element(const uint16_t* p, int i) { return simd::fp16_to_f32(p[i]); }
@@ -64,87 +74,117 @@ void weigh_values(const float* scores, int span, const KvCache& cache, int layer
   }
 }
 
-// The softmax-weighted sum of an F16 cache's values as ggml's flash attention
-// computes it (llama.cpp's default on a CPU): keys in order, a running
-// maximum M and sum S, and the weighted sum kept in half floats, rounded
-// after every key. `scores` are the raw (scaled, capped) scores.
+// The softmax-weighted sums of an F16 cache's values for a group of heads,
+// each as ggml's flash attention computes it (llama.cpp's default on a CPU):
+// keys in order, a running maximum M and sum S, and the weighted sum kept in
+// half floats, rounded after every key. scores[g * span + t] are head g's raw
+// (scaled, capped) scores; head g's output goes to out + g * head_dim.
 template <bool kFinite>
-void weigh_values_as_ggml_f16(const float* scores, int span, const KvCache& cache, int layer, int first,
-                              int kv_offset, int head_dim, float* out) {
-  alignas(16) float acc[kMaxHeadDim] = {};  // values a half float can hold
+void weigh_values_as_ggml_f16(const float* scores, int n_group, int span, const KvCache& cache, int layer,
+                              int first, int kv_offset, int head_dim, float* out) {
+  alignas(16) float acc[kMaxGroup][kMaxHeadDim] = {};  // values a half float can hold
+  float max[kMaxGroup], sum[kMaxGroup], weight[kMaxGroup];
+  for (int g = 0; g < n_group; ++g) {
+    max[g] = -INFINITY;
+    sum[g] = 0.0f;
+  }
   const int dim4 = head_dim & ~3;
-  float max = -INFINITY, sum = 0.0f;
   for (int t = 0; t < span; ++t) {
-    float rescale = 1.0f, weight = 1.0f;
-    if (scores[t] > max) {
-      rescale = std::exp(max - scores[t]);
-      max = scores[t];
-      for (int d = 0; d < dim4; d += 4) {
-        simd::store(acc + d, simd::round_to_f16(wasm_f32x4_mul(simd::load(acc + d), wasm_f32x4_splat(rescale))));
+    for (int g = 0; g < n_group; ++g) {
+      const float score = scores[g * span + t];
+      float rescale = 1.0f;
+      weight[g] = 1.0f;
+      if (score > max[g]) {
+        rescale = std::exp(max[g] - score);
+        max[g] = score;
+        float* a = acc[g];
+        for (int d = 0; d < dim4; d += 4) {
+          simd::store(a + d, simd::round_to_f16(wasm_f32x4_mul(simd::load(a + d), wasm_f32x4_splat(rescale))));
+        }
+        for (int d = dim4; d < head_dim; ++d) a[d] = fp16_to_float(float_to_fp16(a[d] * rescale));
+      } else {
+        weight[g] = std::exp(score - max[g]);
       }
-      for (int d = dim4; d < head_dim; ++d) acc[d] = fp16_to_float(float_to_fp16(acc[d] * rescale));
-    } else {
-      weight = std::exp(scores[t] - max);
+      sum[g] = sum[g] * rescale + weight[g];
     }
     const uint16_t* v = cache.value<uint16_t>(layer, first + t) + kv_offset;
-    const v128_t w = wasm_f32x4_splat(weight);
+    v128_t w[kMaxGroup];
+    for (int g = 0; g < n_group; ++g) w[g] = wasm_f32x4_splat(weight[g] * (kLoadScale<uint16_t, kFinite>));
     for (int d = 0; d < dim4; d += 4) {
-      simd::store(acc + d, simd::round_to_f16(wasm_f32x4_add(simd::load(acc + d), wasm_f32x4_mul(load4<kFinite>(v + d), w))));
+      const v128_t vv = load4<kFinite>(v + d);
+      for (int g = 0; g < n_group; ++g) {
+        simd::store(acc[g] + d, simd::round_to_f16(wasm_f32x4_add(simd::load(acc[g] + d), wasm_f32x4_mul(vv, w[g]))));
+      }
     }
-    for (int d = dim4; d < head_dim; ++d) acc[d] = fp16_to_float(float_to_fp16(acc[d] + element(v, d) * weight));
-    sum = sum * rescale + weight;
+    for (int g = 0; g < n_group; ++g) {
+      for (int d = dim4; d < head_dim; ++d) acc[g][d] = fp16_to_float(float_to_fp16(acc[g][d] + element(v, d) * weight[g]));
+    }
   }
-  const float inverse = sum == 0.0f ? 0.0f : 1.0f / sum;
-  for (int d = 0; d < head_dim; ++d) out[d] = acc[d] * inverse;
+  for (int g = 0; g < n_group; ++g) {
+    const float inverse = sum[g] == 0.0f ? 0.0f : 1.0f / sum[g];
+    for (int d = 0; d < head_dim; ++d) out[g * head_dim + d] = acc[g][d] * inverse;
+  }
 }
 
+// Heads [head, head + n_group) of position `pos`, which share a KV head: q
+// and out point at the first one's row. `scores` has room for n_group *
+// (pos + 1) floats.
 template <class T, bool kFinite>
-void attend_typed(const float* q_in, int pos, int head, const KvCache& cache, int layer,
+void attend_typed(const float* q_in, int pos, int head, int n_group, const KvCache& cache, int layer,
                   const AttentionShape& shape, float* out, float* scores) {
   const int head_dim = shape.head_dim;
   const int dim4 = head_dim & ~3;
   const int kv_offset = (head / (shape.n_heads / shape.n_kv_heads)) * head_dim;
   const int first = shape.first_position(pos);
   const int span = pos + 1 - first;
+  constexpr float kScale = kLoadScale<T, kFinite>;
 
-  const float* q = q_in;
-  alignas(16) float rounded[kMaxHeadDim];
-  if (std::is_same_v<T, uint16_t>) {
-    for (int d = 0; d < head_dim; ++d) rounded[d] = fp16_to_float(float_to_fp16(q_in[d]));
-    q = rounded;
+  // Each head's query: for an F16 cache rounded to F16, as ggml does, and
+  // for the SIMD lanes times kScale.
+  alignas(16) float q[kMaxGroup][kMaxHeadDim], q_scaled[kMaxGroup][kMaxHeadDim];
+  for (int g = 0; g < n_group; ++g) {
+    for (int d = 0; d < head_dim; ++d) {
+      const float x = q_in[g * head_dim + d];
+      q[g][d] = std::is_same_v<T, uint16_t> ? fp16_to_float(float_to_fp16(x)) : x;
+      q_scaled[g][d] = q[g][d] * kScale;
+    }
   }
 
-  // Scores, four keys at a time: one accumulator per key, reduced together.
-  // scores[t] belongs to position first + t.
-  int t = 0;
-  for (; t + 4 <= span; t += 4) {
-    const T* k[4];
-    v128_t acc[4];
-    for (int j = 0; j < 4; ++j) {
-      k[j] = cache.key<T>(layer, first + t + j) + kv_offset;
-      acc[j] = wasm_f32x4_splat(0.0f);
-    }
+  // Scores, a key at a time: one accumulator per head, reduced together.
+  // scores[g * span + t] belongs to head g and position first + t.
+  for (int t = 0; t < span; ++t) {
+    const T* k = cache.key<T>(layer, first + t) + kv_offset;
+    v128_t acc[kMaxGroup];
+    for (int g = 0; g < kMaxGroup; ++g) acc[g] = wasm_f32x4_splat(0.0f);
     for (int d = 0; d < dim4; d += 4) {
-      const v128_t qv = simd::load(q + d);
-      for (int j = 0; j < 4; ++j) acc[j] = wasm_f32x4_add(acc[j], wasm_f32x4_mul(qv, load4<kFinite>(k[j] + d)));
+      const v128_t kv = load4<kFinite>(k + d);
+      for (int g = 0; g < n_group; ++g) acc[g] = wasm_f32x4_add(acc[g], wasm_f32x4_mul(simd::load(q_scaled[g] + d), kv));
     }
     alignas(16) float dots[4];
     simd::store(dots, simd::transpose_sum_f32(acc[0], acc[1], acc[2], acc[3]));
-    for (int j = 0; j < 4; ++j) scores[t + j] = dot_tail(q, k[j], dim4, head_dim, dots[j]) * shape.scale;
-  }
-  for (; t < span; ++t) {
-    const T* k = cache.key<T>(layer, first + t) + kv_offset;
-    v128_t acc = wasm_f32x4_splat(0.0f);
-    for (int d = 0; d < dim4; d += 4) acc = wasm_f32x4_add(acc, wasm_f32x4_mul(simd::load(q + d), load4<kFinite>(k + d)));
-    scores[t] = dot_tail(q, k, dim4, head_dim, simd::sum_f32(acc)) * shape.scale;
+    for (int g = 0; g < n_group; ++g) scores[g * span + t] = dot_tail(q[g], k, dim4, head_dim, dots[g]) * shape.scale;
   }
 
-  if (shape.softcap > 0) softcap(scores, span, shape.softcap);
+  if (shape.softcap > 0) softcap(scores, n_group * span, shape.softcap);
   if constexpr (std::is_same_v<T, uint16_t>) {
-    weigh_values_as_ggml_f16<kFinite>(scores, span, cache, layer, first, kv_offset, head_dim, out);
+    weigh_values_as_ggml_f16<kFinite>(scores, n_group, span, cache, layer, first, kv_offset, head_dim, out);
   } else {
-    softmax(scores, span);
-    weigh_values(scores, span, cache, layer, first, kv_offset, head_dim, out);
+    for (int g = 0; g < n_group; ++g) {
+      softmax(scores + g * span, span);
+      weigh_values(scores + g * span, span, cache, layer, first, kv_offset, head_dim, out + g * head_dim);
+    }
+  }
+}
+
+// attend_typed for the cache's type.
+void attend_heads(const float* q, int pos, int head, int n_group, const KvCache& cache, int layer,
+                  const AttentionShape& shape, float* out, float* scores) {
+  if (cache.type() == KvCacheType::kF32) {
+    attend_typed<float, true>(q, pos, head, n_group, cache, layer, shape, out, scores);
+  } else if (cache.halves_finite()) {
+    attend_typed<uint16_t, true>(q, pos, head, n_group, cache, layer, shape, out, scores);
+  } else {
+    attend_typed<uint16_t, false>(q, pos, head, n_group, cache, layer, shape, out, scores);
   }
 }
 
@@ -180,13 +220,7 @@ void attend_reference_typed(const float* q, int pos, int head, const KvCache& ca
 
 void attend(const float* q, int pos, int head, const KvCache& cache, int layer,
             const AttentionShape& shape, float* out, float* scores) {
-  if (cache.type() == KvCacheType::kF32) {
-    attend_typed<float, true>(q, pos, head, cache, layer, shape, out, scores);
-  } else if (cache.halves_finite()) {
-    attend_typed<uint16_t, true>(q, pos, head, cache, layer, shape, out, scores);
-  } else {
-    attend_typed<uint16_t, false>(q, pos, head, cache, layer, shape, out, scores);
-  }
+  attend_heads(q, pos, head, 1, cache, layer, shape, out, scores);
 }
 
 void attend_reference(const float* q, int pos, int head, const KvCache& cache, int layer,
@@ -207,20 +241,35 @@ void attention(const float* q, int n, int start_pos, const KvCache& cache, int l
   }
   const int dim = shape.n_heads * shape.head_dim;
   const auto span = static_cast<size_t>(start_pos + n);
-  scratch.resize(static_cast<size_t>(pool.size()) * span);
-  const size_t tasks = static_cast<size_t>(n) * static_cast<size_t>(shape.n_heads);
+  // A task: a position's heads that share a KV head, at most kMaxGroup of
+  // them, and fewer while that leaves fewer than two tasks per thread (a
+  // decode step has as few tasks as KV heads). Each head's result is the
+  // same in any group.
+  const int per_kv_head = shape.n_heads / shape.n_kv_heads;
+  int group = std::min(per_kv_head, kMaxGroup);
+  const auto groups_per_kv_head = [&] { return (per_kv_head + group - 1) / group; };
+  while (group > 1 && static_cast<size_t>(n) * static_cast<size_t>(shape.n_kv_heads * groups_per_kv_head()) <
+                          2 * static_cast<size_t>(pool.size())) {
+    --group;
+  }
+  const auto tasks_per_position = static_cast<size_t>(shape.n_kv_heads * groups_per_kv_head());
+  scratch.resize(static_cast<size_t>(pool.size()) * static_cast<size_t>(group) * span);
+  const size_t tasks = static_cast<size_t>(n) * tasks_per_position;
   // Scores and weighted values: two multiply-adds per key and head element.
   const size_t seen = shape.window > 0 ? std::min<size_t>(span, static_cast<size_t>(shape.window)) : span;
-  const size_t macs_per_task = 2 * seen * static_cast<size_t>(shape.head_dim);
+  const size_t macs_per_task = 2 * seen * static_cast<size_t>(shape.head_dim) * static_cast<size_t>(group);
   const size_t grain = std::max<size_t>(1, kChunkMacs / macs_per_task);
   pool.parallel_for(tasks, grain, [&](size_t begin, size_t end, int thread) {
-    float* scores = &scratch[static_cast<size_t>(thread) * span];
+    float* scores = &scratch[static_cast<size_t>(thread) * static_cast<size_t>(group) * span];
     for (size_t task = begin; task < end; ++task) {
-      const int i = static_cast<int>(task / static_cast<size_t>(shape.n_heads));
-      const int h = static_cast<int>(task % static_cast<size_t>(shape.n_heads));
+      const int i = static_cast<int>(task / tasks_per_position);
+      const auto in_position = static_cast<int>(task % tasks_per_position);
+      const int kv_head = in_position / groups_per_kv_head();
+      const int h = kv_head * per_kv_head + in_position % groups_per_kv_head() * group;
+      const int n_group = std::min(group, (kv_head + 1) * per_kv_head - h);
       const size_t offset = static_cast<size_t>(i) * static_cast<size_t>(dim) +
                             static_cast<size_t>(h) * static_cast<size_t>(shape.head_dim);
-      attend(q + offset, start_pos + i, h, cache, layer, shape, out + offset, scores);
+      attend_heads(q + offset, start_pos + i, h, n_group, cache, layer, shape, out + offset, scores);
     }
   });
 }

@@ -9,8 +9,10 @@
 // key (the products are then exact in float); scores and the weighted sum of
 // values are float.
 //
-// Each (position, head) is computed on its own with a fixed order of
-// operations, so the result does not depend on the batch or thread count.
+// Each (position, head) is computed with a fixed order of operations of its
+// own, so the result does not depend on the batch or thread count. Heads
+// that share a KV head go through the cache together, so that each key and
+// value is read and converted once for all of them.
 #pragma once
 
 #include <vector>
