@@ -225,6 +225,7 @@ std::string camel_case(const std::string& snake) {
 val to_js(const UnitCounters& s);
 val to_js(const UnitEvent& s);
 val to_js(const LoaderStats& s);
+val to_js(const ParallelTime& s);
 val to_js(const GenerationStats& s);
 val to_js(const HttpSourceStats& s);
 val to_js(const ModelInfo& s);
@@ -288,6 +289,7 @@ void write_field(val& object, const char* js_name, const Field& field) {
 SIPLLM_TO_JS(UnitCounters, SIPLLM_UNIT_COUNTERS_FIELDS)
 SIPLLM_TO_JS(UnitEvent, SIPLLM_UNIT_EVENT_FIELDS)
 SIPLLM_TO_JS(LoaderStats, SIPLLM_LOADER_STATS_FIELDS)
+SIPLLM_TO_JS(ParallelTime, SIPLLM_PARALLEL_TIME_FIELDS)
 SIPLLM_TO_JS(GenerationStats, SIPLLM_GENERATION_STATS_FIELDS)
 SIPLLM_TO_JS(HttpSourceStats, SIPLLM_SOURCE_STATS_FIELDS)
 SIPLLM_TO_JS(ModelInfo, SIPLLM_MODEL_INFO_FIELDS)

@@ -83,6 +83,12 @@ struct ResultSpec {
   X(timeline, kNested, timeline, "UnitEvent[]", "")                                                    \
   X(timelineOriginMs, kNumber, timeline_origin_ms, "", "The timeline's 0 in ms since the Unix epoch.")
 
+// ParallelTime: the loops a phase split between the compute threads.
+#define SIPLLM_PARALLEL_TIME_FIELDS(X)                                                    \
+  X(loops, kNumber, loops, "", "")                                                        \
+  X(loopMs, kNumber, loop_ms, "", "Time in them, seen from the thread that opens them.") \
+  X(waitMs, kNumber, wait_ms, "", "Of that, waiting for the other threads' last chunks.")
+
 // GenerationStats.
 #define SIPLLM_GENERATION_STATS_FIELDS(X)                                                             \
   X(promptTokens, kNumber, prompt_tokens, "", "")                                                     \
@@ -98,7 +104,9 @@ struct ResultSpec {
   X(prefillBytesRead, kNumber, prefill_bytes_read, "", "")                                            \
   X(decodeBytesRead, kNumber, decode_bytes_read, "", "")                                              \
   X(kvCacheBytes, kNumber, kv_cache_bytes, "", "")                                                    \
-  X(loader, kNested, loader, "LoaderStats", "This request's loader counters.")
+  X(loader, kNested, loader, "LoaderStats", "This request's loader counters.")                        \
+  X(prefillParallel, kNested, prefill_parallel, "ParallelTime", "")                                   \
+  X(decodeParallel, kNested, decode_parallel, "ParallelTime", "")
 
 // HttpSourceStats (sipllm/http_source.h).
 #define SIPLLM_SOURCE_STATS_FIELDS(X)                          \
@@ -142,6 +150,7 @@ struct ResultSpec {
 inline constexpr ResultSpec kUnitCountersSpecs[] = {SIPLLM_UNIT_COUNTERS_FIELDS(SIPLLM_RESULT_SPEC_ITEM)};
 inline constexpr ResultSpec kUnitEventSpecs[] = {SIPLLM_UNIT_EVENT_FIELDS(SIPLLM_RESULT_SPEC_ITEM)};
 inline constexpr ResultSpec kLoaderStatsSpecs[] = {SIPLLM_LOADER_STATS_FIELDS(SIPLLM_RESULT_SPEC_ITEM)};
+inline constexpr ResultSpec kParallelTimeSpecs[] = {SIPLLM_PARALLEL_TIME_FIELDS(SIPLLM_RESULT_SPEC_ITEM)};
 inline constexpr ResultSpec kGenerationStatsSpecs[] = {SIPLLM_GENERATION_STATS_FIELDS(SIPLLM_RESULT_SPEC_ITEM)};
 inline constexpr ResultSpec kSourceStatsSpecs[] = {SIPLLM_SOURCE_STATS_FIELDS(SIPLLM_RESULT_SPEC_ITEM)};
 inline constexpr ResultSpec kModelInfoSpecs[] = {SIPLLM_MODEL_INFO_FIELDS(SIPLLM_RESULT_SPEC_ITEM)};

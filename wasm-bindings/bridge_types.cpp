@@ -164,6 +164,10 @@ std::string generate() {
        "since the loader started, 0 where a phase did not happen.",
        kUnitEventSpecs},
       {"LoaderStats", "The loader's counters and timeline.", kLoaderStatsSpecs},
+      {"ParallelTime",
+       "The loops a phase split between the compute threads (ParallelTime in\n"
+       "sipllm/engine.h): the rest of the phase ran on one thread.",
+       kParallelTimeSpecs},
       {"EngineGenerationStats", "A generation's figures as the engine reports them.", kGenerationStatsSpecs},
       {"SourceStats", "What the HTTP source has done so far.", kSourceStatsSpecs},
       {"CachedModel", "A model in the cache.", kCachedModelSpecs},

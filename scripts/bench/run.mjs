@@ -382,6 +382,25 @@ function summarize(result) {
     warmCachedTokens: (result.warm ?? []).map((w) => w.cachedTokens),
     warmGeneratedTokens: (result.warm ?? []).map((w) => w.generatedTokens),
     text: result.cold?.text ?? '',
+    decodeSplit: decodeSplit([result.cold, ...(result.warm ?? [])]),
+  };
+}
+
+// Where the engine's decode time went per token, in its fastest run: the
+// loops its compute threads split (how many, the time in them, of that the
+// wait for the last thread's chunks), and the rest, which ran on one thread.
+function decodeSplit(runs) {
+  const timed = runs.filter((r) => r?.engine?.decodeParallel && r.generatedTokens > 1 && r.engine.decodeMs > 0);
+  if (timed.length === 0) return null;
+  const best = timed.reduce((a, b) => (b.engine.decodeMs / (b.generatedTokens - 1) < a.engine.decodeMs / (a.generatedTokens - 1) ? b : a));
+  const steps = best.generatedTokens - 1;
+  const p = best.engine.decodeParallel;
+  return {
+    msPerToken: best.engine.decodeMs / steps,
+    loopsPerToken: p.loops / steps,
+    loopMsPerToken: p.loopMs / steps,
+    waitMsPerToken: p.waitMs / steps,
+    oneThreadMsPerToken: (best.engine.decodeMs - p.loopMs) / steps,
   };
 }
 
@@ -633,6 +652,21 @@ function printTables(o, rows, meta) {
                  `${fmt(b.lastCompute)} | ${fmt(b.firstToken)} | ${fmt(b.ttftOverTransfer, 2)} | ${fmt(b.afterHeaderOverTransfer, 2)} | ` +
                  `${b.keptUp}/${b.pairs} | ${cpu('renderer')} / ${cpu('network')} / ${cpu('server')} |`);
       }
+    }
+  }
+  const splits = rows.filter((row) => row.s?.decodeSplit);
+  if (splits.length > 0) {
+    out.push('');
+    out.push('Where SipLLM\'s decode time went, per token, by the engine\'s clocks in its fastest run: the loops its ' +
+             'compute threads split (how many, the time in them, of that the wait for the last thread\'s chunks), ' +
+             'and the rest, which ran on one thread (sampling, the token\'s way out, loader hand-offs).');
+    out.push('');
+    out.push('| model | type | thr | ms/token | loops | in loops ms | waiting ms | one thread ms |');
+    out.push('|---|---|--:|--:|--:|--:|--:|--:|');
+    for (const row of splits) {
+      const d = row.s.decodeSplit;
+      out.push(`| ${row.model.shape} | ${row.model.type} | ${row.threads} | ${fmt(d.msPerToken, 2)} | ${fmt(d.loopsPerToken)} | ` +
+               `${fmt(d.loopMsPerToken, 2)} | ${fmt(d.waitMsPerToken, 2)} | ${fmt(d.oneThreadMsPerToken, 2)} |`);
     }
   }
   if (notes.length > 0) {

@@ -196,6 +196,18 @@ export interface LoaderStats {
   timelineOriginMs: number;
 }
 
+/**
+ * The loops a phase split between the compute threads (ParallelTime in
+ * sipllm/engine.h): the rest of the phase ran on one thread.
+ */
+export interface ParallelTime {
+  loops: number;
+  /** Time in them, seen from the thread that opens them. */
+  loopMs: number;
+  /** Of that, waiting for the other threads' last chunks. */
+  waitMs: number;
+}
+
 /** A generation's figures as the engine reports them. */
 export interface EngineGenerationStats {
   promptTokens: number;
@@ -213,6 +225,8 @@ export interface EngineGenerationStats {
   kvCacheBytes: number;
   /** This request's loader counters. */
   loader: LoaderStats;
+  prefillParallel: ParallelTime;
+  decodeParallel: ParallelTime;
 }
 
 /** What the HTTP source has done so far. */

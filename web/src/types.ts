@@ -14,7 +14,7 @@ import type {
 } from './bridge.generated.js';
 
 // The engine's results, as bindings.cpp writes them.
-export type { CachedModel, LoaderStats, ModelInfo, SourceStats, UnitCounters, UnitEvent } from './bridge.generated.js';
+export type { CachedModel, LoaderStats, ModelInfo, ParallelTime, SourceStats, UnitCounters, UnitEvent } from './bridge.generated.js';
 
 // 'threaded': pthreads + SIMD128; 'relaxed': the same with relaxed SIMD's
 // 8-bit dot product (faster matrix products); 'single': SIMD128 on one thread.

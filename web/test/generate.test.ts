@@ -53,6 +53,12 @@ describe.each(BUILDS)('the %s build', (build) => {
       const stats = llm.stats();
       expect(stats.build).toBe(build);
       expect(stats.lastGeneration?.generatedTokens).toBe(120);
+      // The engine's split of decode between loops its threads shared and the rest.
+      const { decodeMs, decodeParallel } = stats.lastGeneration!;
+      expect(Number.isInteger(decodeParallel.loops)).toBe(true);
+      expect(decodeParallel.waitMs).toBeGreaterThanOrEqual(0);
+      expect(decodeParallel.waitMs).toBeLessThanOrEqual(decodeParallel.loopMs);
+      expect(decodeParallel.loopMs).toBeLessThanOrEqual(decodeMs);
       expect(stats.source).toBeNull();
     } finally {
       await llm.unload();

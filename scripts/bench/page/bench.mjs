@@ -77,6 +77,7 @@ async function sipllmGenerate(llm, prompt, options) {
     engine: {
       promptMs: g.promptMs, decodeMs: g.decodeMs, ttftMs: g.ttftMs,
       prefillTokensPerS: g.promptTokensPerS, decodeTokensPerS: g.decodeTokensPerS,
+      prefillParallel: g.prefillParallel, decodeParallel: g.decodeParallel,
     },
   });
 }
