@@ -27,6 +27,10 @@ void run_vector(benchmark::State& state, const VectorCase& c, int threads) {
   for (auto _ : state) fixture.run(pool);
   state.counters["GFLOP"] =
       benchmark::Counter(c.flops_per_run * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+  if (c.bytes_per_run > 0) {
+    state.counters["GB"] =
+        benchmark::Counter(c.bytes_per_run * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+  }
 }
 
 const bool kRegistered = [] {
