@@ -455,11 +455,11 @@ TEST_P(MatmulKernelTest, TiledMatrixGivesTheSameBits) {
       const WeightMatrix tiled = tile_rows(m.view(), bytes.data());
       SCOPED_TRACE(type_name(type) + ", rows " + std::to_string(rows) + ", cols " + std::to_string(cols));
       if (!is_integer_type(type)) {
-        EXPECT_FALSE(tiled.tiled) << "float kernels read rows as they are";
+        EXPECT_FALSE(tiled.tiled()) << "float kernels read rows as they are";
         EXPECT_EQ(bytes, m.bytes);
         continue;
       }
-      ASSERT_TRUE(tiled.tiled);
+      ASSERT_TRUE(tiled.tiled());
       if (rows > 1 && cols > static_cast<int>(tensor_type_traits(type).block_elements)) EXPECT_NE(bytes, m.bytes);
       for (int r = 0; r < rows; ++r) {
         std::vector<float> a(static_cast<size_t>(cols)), b(static_cast<size_t>(cols));

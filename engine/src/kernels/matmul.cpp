@@ -123,7 +123,7 @@ void matmul(const WeightMatrix& w, const float* x, int n_positions, float* y, Th
 }
 
 void dequantize_matrix_row(const WeightMatrix& w, int row, float* out) {
-  if (!w.tiled) {
+  if (!w.tiled()) {
     dequantize_row(w.type, w.row_start(row), out, static_cast<size_t>(w.cols));
     return;
   }
@@ -155,7 +155,7 @@ void interleave(const uint8_t* rows, int n_rows, size_t n_blocks, size_t row_byt
 
 WeightMatrix tile_rows(const WeightMatrix& w, uint8_t* bytes) {
   const TensorTypeTraits& traits = tensor_type_traits(w.type);
-  if (w.tiled || traits.block_elements == 1 || find_matmul_kernel(w.type) == nullptr) return w;
+  if (w.tiled() || traits.block_elements == 1 || find_matmul_kernel(w.type) == nullptr) return w;
   const size_t n_blocks = static_cast<size_t>(w.cols) / traits.block_elements;
   std::vector<uint8_t> rows(static_cast<size_t>(WeightMatrix::kTileRows) * w.row_bytes);
   for (int r = 0; r < w.rows; r += WeightMatrix::kTileRows) {
@@ -171,7 +171,7 @@ WeightMatrix tile_rows(const WeightMatrix& w, uint8_t* bytes) {
   }
   WeightMatrix tiled = w;
   tiled.data = bytes;
-  tiled.tiled = true;
+  tiled.tile_block_bytes = traits.block_bytes;
   return tiled;
 }
 

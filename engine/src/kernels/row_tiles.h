@@ -52,11 +52,11 @@ template <int kTile, class DotTile, class DotOne>
 void for_each_row_tile(const WeightMatrix& w, int row_begin, int row_end, int n_positions, float* y,
                        size_t y_stride, DotTile dot_tile, DotOne dot_one) {
   static_assert(WeightMatrix::kTileRows == 4, "a tile of the layout is a tile of the kernels");
-  if (w.tiled && row_begin % 4 != 0) {
+  if (w.tiled() && row_begin % 4 != 0) {
     throw Error(ErrorKind::kInvalidArgument, "rows of a tiled matrix from row " + std::to_string(row_begin) +
                                                  ", not the start of a tile");
   }
-  const bool prefetch = simd::kPrefetchNeverWaits || !w.tiled;
+  const bool prefetch = simd::kPrefetchNeverWaits || !w.tiled();
   const uint8_t* matrix_end = w.data + static_cast<size_t>(w.rows) * w.row_bytes;
   const size_t ahead_bytes = simd::prefetch_rows_ahead(w.row_bytes) * w.row_bytes;
   if (prefetch) simd::prefetch_run_start(w.data + static_cast<size_t>(row_begin) * w.row_bytes, w.row_bytes, matrix_end);

@@ -31,7 +31,9 @@ struct WeightMatrix {
   int cols = 0;
   const uint8_t* data = nullptr;
   size_t row_bytes = 0;
-  bool tiled = false;
+  size_t tile_block_bytes = 0;  // 0: row-major; else tiled, with blocks of this many bytes
+
+  bool tiled() const { return tile_block_bytes != 0; }
 
   explicit operator bool() const { return data != nullptr; }
   // Rows [first, first + count) of a row-major matrix.
@@ -44,16 +46,15 @@ struct WeightMatrix {
   // Where row r's first block is, and the bytes from each of its blocks to
   // the next.
   const uint8_t* row_start(int r) const {
-    if (!tiled) return data + static_cast<size_t>(r) * row_bytes;
+    if (!tiled()) return data + static_cast<size_t>(r) * row_bytes;
     const int tile = r / kTileRows * kTileRows;
-    return data + static_cast<size_t>(tile) * row_bytes + static_cast<size_t>(r - tile) * block_bytes();
+    return data + static_cast<size_t>(tile) * row_bytes + static_cast<size_t>(r - tile) * tile_block_bytes;
   }
   size_t block_stride(int r) const {
-    if (!tiled) return block_bytes();
+    if (!tiled()) return tensor_type_traits(type).block_bytes;
     const int tile = r / kTileRows * kTileRows;
-    return static_cast<size_t>(rows - tile < kTileRows ? rows - tile : kTileRows) * block_bytes();
+    return static_cast<size_t>(rows - tile < kTileRows ? rows - tile : kTileRows) * tile_block_bytes;
   }
-  size_t block_bytes() const { return tensor_type_traits(type).block_bytes; }
 };
 
 struct UnitWeights {

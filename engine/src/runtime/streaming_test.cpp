@@ -542,10 +542,10 @@ TEST_P(LoaderStress, RandomOrdersAndWrongAnnouncementsAlwaysYieldTheRightBytes) 
       std::vector<uint8_t> expected(bytes.begin() + static_cast<long>(slice.offset()),
                                     bytes.begin() + static_cast<long>(slice.offset() + slice.bytes()));
       WeightMatrix row_major = m;
-      row_major.tiled = false;
+      row_major.tile_block_bytes = 0;
       row_major.data = expected.data();
-      ASSERT_TRUE(tile_rows(row_major, expected.data()).tiled);
-      ASSERT_TRUE(m.tiled);
+      ASSERT_TRUE(tile_rows(row_major, expected.data()).tiled());
+      ASSERT_TRUE(m.tiled());
       ASSERT_EQ(std::memcmp(m.data, expected.data(), expected.size()), 0)
           << "unit " << unit << " round " << round << " tensor " << slice.tensor->name;
     }
