@@ -113,11 +113,14 @@ void weigh_values_as_ggml_f16(const float* scores, int n_group, int span, const 
     for (int d = 0; d < dim4; d += 4) {
       const v128_t vv = load4<kFinite>(v + d);
       for (int g = 0; g < n_group; ++g) {
-        simd::store(acc[g] + d, simd::round_to_f16(wasm_f32x4_add(simd::load(acc[g] + d), wasm_f32x4_mul(vv, w[g]))));
+        const v128_t sum = wasm_f32x4_add(simd::load(acc[g] + d), wasm_f32x4_mul(vv, w[g]));
+        simd::store(acc[g] + d, simd::round_to_f16(sum));
       }
     }
     for (int g = 0; g < n_group; ++g) {
-      for (int d = dim4; d < head_dim; ++d) acc[g][d] = fp16_to_float(float_to_fp16(acc[g][d] + element(v, d) * weight[g]));
+      for (int d = dim4; d < head_dim; ++d) {
+        acc[g][d] = fp16_to_float(float_to_fp16(acc[g][d] + element(v, d) * weight[g]));
+      }
     }
   }
   for (int g = 0; g < n_group; ++g) {
@@ -158,7 +161,9 @@ void attend_typed(const float* q_in, int pos, int head, int n_group, const KvCac
     for (int g = 0; g < kMaxGroup; ++g) acc[g] = wasm_f32x4_splat(0.0f);
     for (int d = 0; d < dim4; d += 4) {
       const v128_t kv = load4<kFinite>(k + d);
-      for (int g = 0; g < n_group; ++g) acc[g] = wasm_f32x4_add(acc[g], wasm_f32x4_mul(simd::load(q_scaled[g] + d), kv));
+      for (int g = 0; g < n_group; ++g) {
+        acc[g] = wasm_f32x4_add(acc[g], wasm_f32x4_mul(simd::load(q_scaled[g] + d), kv));
+      }
     }
     alignas(16) float dots[4];
     simd::store(dots, simd::transpose_sum_f32(acc[0], acc[1], acc[2], acc[3]));

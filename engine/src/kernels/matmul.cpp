@@ -84,7 +84,8 @@ void matmul(const WeightMatrix& w, Activations& x, float* y, ThreadPool& pool, i
   const MatmulKernel& kernel = checked_kernel(w, x);
   const ActivationView view = view_for(kernel, x, pool);
   const size_t stride = static_cast<size_t>(y_stride > 0 ? y_stride : w.rows);
-  pool.parallel_for(static_cast<size_t>(w.rows), chunk_rows(w, view.n_positions, pool.size()), [&](size_t begin, size_t end, int) {
+  const size_t grain = chunk_rows(w, view.n_positions, pool.size());
+  pool.parallel_for(static_cast<size_t>(w.rows), grain, [&](size_t begin, size_t end, int) {
     kernel.rows(w, static_cast<int>(begin), static_cast<int>(end), view, y, stride);
   });
 }
