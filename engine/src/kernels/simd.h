@@ -286,30 +286,13 @@ inline v128_t load_fp16x4(const void* p) {
 #endif
 }
 
-// fp16x4_to_f32x4_simd128 for finite values only (an infinity or a NaN comes
-// out as a large finite number), in fewer operations. Subnormal halves too:
-// the multiplication by 2^112 scales them exactly.
-inline v128_t finite_fp16x4_to_f32x4_simd128(v128_t h) {
-  const v128_t magnitude = wasm_v128_and(wasm_i32x4_shl(h, 13), wasm_i32x4_splat(0x0fffe000));
-  const v128_t sign = wasm_v128_and(wasm_i32x4_shl(h, 16), wasm_i32x4_splat(static_cast<int32_t>(0x80000000u)));
-  return wasm_v128_or(wasm_f32x4_mul(magnitude, wasm_f32x4_splat(0x1p112f)), sign);
-}
-
-// load_fp16x4 where the four values are known to be finite.
-inline v128_t load_finite_fp16x4(const void* p) {
-#if defined(SIPLLM_F16C)
-  return load_fp16x4(p);
-#else
-  return finite_fp16x4_to_f32x4_simd128(wasm_u32x4_extend_low_u16x8(wasm_v128_load64_zero(p)));
-#endif
-}
-
-// The four finite fp16 values at p divided by kHalfLoadScale. In SIMD128 a
-// half's bits, moved into place in a float, give its value times 2^-112;
-// finite_fp16x4_to_f32x4_simd128 multiplies by 2^112 to undo that. Where the
-// other factor of a product can take that multiplication instead (exact for
-// a power of two, short of overflow), the product is the same and each
-// value costs three operations instead of six.
+// The four finite fp16 values at p divided by kHalfLoadScale (an infinity
+// or a NaN comes out as a large finite number). In SIMD128 a finite half's
+// bits, moved into place in a float, give its value times 2^-112, subnormal
+// halves included; undoing that would take a multiplication per value. The
+// other factor of a product takes it instead (exact for a power of two,
+// short of overflow): the product is the same, and each value costs three
+// operations.
 inline v128_t finite_fp16x4_to_scaled_f32x4_simd128(v128_t sign_extended) {
   // Shifted by 13, the sign-extended half's sign fills bits 28-31: keep bit 31.
   return wasm_v128_and(wasm_i32x4_shl(sign_extended, 13), wasm_i32x4_splat(static_cast<int32_t>(0x8fffffffu)));
