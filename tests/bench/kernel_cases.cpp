@@ -1,6 +1,7 @@
 #include "kernel_cases.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "kernels/activation_quant.h"
@@ -89,6 +90,30 @@ MatmulFixture::MatmulFixture(const MatmulCase& c) : case_(c) {
 void MatmulFixture::run(ThreadPool& pool) {
   // Quantizing the activations is part of every product's cost.
   matmul(w_, x_.data(), case_.positions, y_.data(), pool);
+}
+
+int MatmulFixture::mismatches() const {
+  const MatmulKernel& kernel = *find_matmul_kernel(case_.type);
+  Activations activations;
+  activations.reset(x_.data(), case_.positions, case_.cols);
+  ThreadPool one(1);
+  ActivationView view{.n_positions = case_.positions, .cols = case_.cols, .f32 = x_.data()};
+  if (kernel.activations != ActivationFormat::kF32) view.q = &activations.quantized(kernel.activations, one);
+  // The reference of the rows of the first tiles is enough to catch a wrong
+  // kernel, and quick next to the runs measured.
+  const int rows = std::min(case_.rows, 64);
+  std::vector<float> expected(static_cast<size_t>(case_.positions) * static_cast<size_t>(case_.rows));
+  kernel.reference(w_, 0, rows, view, expected.data(), static_cast<size_t>(case_.rows));
+  const bool exact = kernel.activations != ActivationFormat::kF32;
+  int wrong = 0;
+  for (int p = 0; p < case_.positions; ++p) {
+    for (int r = 0; r < rows; ++r) {
+      const size_t i = static_cast<size_t>(p) * static_cast<size_t>(case_.rows) + static_cast<size_t>(r);
+      const float tolerance = exact ? 0.0f : 1e-4f * (1.0f + std::fabs(expected[i]));
+      if (!(std::fabs(y_[i] - expected[i]) <= tolerance)) ++wrong;
+    }
+  }
+  return wrong;
 }
 
 double MatmulFixture::flops() const {

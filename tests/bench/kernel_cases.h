@@ -34,6 +34,11 @@ class MatmulFixture {
  public:
   explicit MatmulFixture(const MatmulCase& c);
   void run(ThreadPool& pool);
+  // Outputs of the last run that differ from the kernel's scalar reference
+  // (which the integer kernels equal bit for bit, and float kernels within
+  // rounding): the benchmark checks the build it measures, WebAssembly with
+  // relaxed SIMD included, which no test suite runs.
+  int mismatches() const;
   double weight_bytes() const { return static_cast<double>(bytes_.size()); }
   double flops() const;  // 2 per multiply-add
 

@@ -47,6 +47,10 @@ int run_cases(const std::string& filter) {
       std::printf("%-44s %7d %10.2f %9.2f %9.2f\n", ("matmul " + c.name()).c_str(), threads, s * 1e6,
                   fixture.weight_bytes() / s / 1e9, fixture.flops() / s / 1e9);
       std::fflush(stdout);
+      if (const int wrong = fixture.mismatches(); wrong > 0) {
+        std::fprintf(stderr, "matmul %s: %d outputs differ from the scalar reference\n", c.name().c_str(), wrong);
+        return 1;
+      }
     }
   }
   for (const VectorCase& c : vector_cases()) {

@@ -84,6 +84,7 @@ void weigh_values_as_ggml_f16(const float* scores, int n_group, int span, const 
                               int first, int kv_offset, int head_dim, float* out) {
   alignas(16) float acc[kMaxGroup][kMaxHeadDim] = {};  // values a half float can hold
   float max[kMaxGroup], sum[kMaxGroup], weight[kMaxGroup];
+  const simd::HalfRounding round_to_f16;
   for (int g = 0; g < n_group; ++g) {
     max[g] = -INFINITY;
     sum[g] = 0.0f;
@@ -99,7 +100,7 @@ void weigh_values_as_ggml_f16(const float* scores, int n_group, int span, const 
         max[g] = score;
         float* a = acc[g];
         for (int d = 0; d < dim4; d += 4) {
-          simd::store(a + d, simd::round_to_f16(wasm_f32x4_mul(simd::load(a + d), wasm_f32x4_splat(rescale))));
+          simd::store(a + d, round_to_f16(wasm_f32x4_mul(simd::load(a + d), wasm_f32x4_splat(rescale))));
         }
         for (int d = dim4; d < head_dim; ++d) a[d] = fp16_to_float(float_to_fp16(a[d] * rescale));
       } else {
@@ -113,8 +114,8 @@ void weigh_values_as_ggml_f16(const float* scores, int n_group, int span, const 
     for (int d = 0; d < dim4; d += 4) {
       const v128_t vv = load4<kFinite>(v + d);
       for (int g = 0; g < n_group; ++g) {
-        const v128_t sum = wasm_f32x4_add(simd::load(acc[g] + d), wasm_f32x4_mul(vv, w[g]));
-        simd::store(acc[g] + d, simd::round_to_f16(sum));
+        const v128_t next = wasm_f32x4_add(simd::load(acc[g] + d), wasm_f32x4_mul(vv, w[g]));
+        simd::store(acc[g] + d, round_to_f16(next));
       }
     }
     for (int g = 0; g < n_group; ++g) {

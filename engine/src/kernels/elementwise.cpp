@@ -118,11 +118,12 @@ void gelu_tanh_glu(float* gate, const float* up, int n) {
   const v128_t c = wasm_f32x4_splat(kGeluCoefficient);
   const v128_t minus_2s = wasm_f32x4_splat(static_cast<float>(-2 * kSqrtTwoOverPi));
   const v128_t low = wasm_f32x4_splat(-kGeluSaturation), high = wasm_f32x4_splat(kGeluSaturation);
+  const simd::HalfRounding round_to_f16;
   map4(gate, up, n, [&](v128_t g, v128_t u) {
-    const v128_t x = simd::round_to_f16(g);
+    const v128_t x = round_to_f16(g);
     const v128_t cube = wasm_f32x4_mul(wasm_f32x4_mul(x, x), x);
     const v128_t e = simd::exp_f32x4(wasm_f32x4_mul(minus_2s, wasm_f32x4_add(x, wasm_f32x4_mul(c, cube))));
-    v128_t gelu = simd::round_to_f16(wasm_f32x4_div(x, wasm_f32x4_add(one, e)));
+    v128_t gelu = round_to_f16(wasm_f32x4_div(x, wasm_f32x4_add(one, e)));
     gelu = wasm_v128_bitselect(wasm_f32x4_splat(0.0f), gelu, wasm_f32x4_le(g, low));
     gelu = wasm_v128_bitselect(g, gelu, wasm_f32x4_ge(g, high));
     return wasm_f32x4_mul(gelu, u);

@@ -74,17 +74,28 @@ TEST(KernelsFp16, FastConversionEqualsExactForEveryValue) {
       ASSERT_EQ(bits_of(scaled_form[j] * 0x1p112f), bits_of(exact)) << "fp16 0x" << std::hex << h + j;
       ASSERT_EQ(bits_of(scaled_form[j]), bits_of(std::ldexp(exact, -112))) << "fp16 0x" << std::hex << h + j;
     }
-    alignas(16) float out[4];
+    alignas(16) float out[4], converted[4];
     simd::store(out, simd::fp16x4_to_f32x4(lanes));
+    simd::store(converted, simd::HalvesToFloats{}(static_cast<uint16_t>(h), static_cast<uint16_t>(h + 1),
+                                                  static_cast<uint16_t>(h + 2), static_cast<uint16_t>(h + 3)));
     for (uint32_t j = 0; j < 4; ++j) {
       const float exact = fp16_to_float(static_cast<uint16_t>(h + j));
       if (std::isnan(exact)) {  // a hardware conversion quiets a signalling NaN
         ASSERT_TRUE(std::isnan(out[j])) << "fp16 0x" << std::hex << h + j;
+        ASSERT_TRUE(std::isnan(converted[j])) << "fp16 0x" << std::hex << h + j;
       } else {
         ASSERT_EQ(bits_of(out[j]), bits_of(exact)) << "fp16 0x" << std::hex << h + j;
+        ASSERT_EQ(bits_of(converted[j]), bits_of(exact)) << "fp16 0x" << std::hex << h + j;
       }
     }
   }
+  // One infinity among finite halves: the whole group takes the slow path.
+  alignas(16) float mixed[4];
+  simd::store(mixed, simd::HalvesToFloats{}(0x3c00, 0x7c00, 0x0001, 0xc000));
+  EXPECT_EQ(mixed[0], 1.0f);
+  EXPECT_EQ(mixed[1], INFINITY);
+  EXPECT_EQ(mixed[2], 0x1p-24f);
+  EXPECT_EQ(mixed[3], -2.0f);
   // The loading form, four at a time from memory.
   for (uint32_t h = 0; h < 65536; h += 4) {
     const uint16_t halves[4] = {static_cast<uint16_t>(h), static_cast<uint16_t>(h + 1), static_cast<uint16_t>(h + 2),
@@ -755,6 +766,27 @@ TEST(KernelsSimd, ByteDotProductsAddEveryProductExactly) {
     ASSERT_EQ(lanes[0][0] + lanes[0][1] + lanes[0][2] + lanes[0][3], mixed_sum) << trial;
     ASSERT_EQ(lanes[1][0] + lanes[1][1] + lanes[1][2] + lanes[1][3], u7_sum) << trial;
     ASSERT_EQ(lanes[2][0] + lanes[2][1] + lanes[2][2] + lanes[2][3] - 128 * w_sum, signed_sum) << trial;
+  }
+  // Six-bit values, 32 and 16 at a time, against activations over the whole
+  // signed byte range (the int16 pair sums' worst case included).
+  for (int trial = 0; trial < 2000; ++trial) {
+    alignas(16) uint8_t u6[32];
+    alignas(16) int8_t x8[32];
+    alignas(16) int16_t x16[32];
+    int32_t sum32 = 1000, sum16 = 1000;
+    for (int i = 0; i < 32; ++i) {
+      u6[i] = static_cast<uint8_t>(trial < 2 ? 63 : rng() % 64);
+      x8[i] = static_cast<int8_t>(trial < 2 ? (trial == 0 ? 127 : -128) : static_cast<int>(rng() % 256) - 128);
+      x16[i] = x8[i];
+      sum32 += u6[i] * x8[i];
+      if (i < 16) sum16 += u6[i] * x8[i];
+    }
+    const v128_t start = wasm_i32x4_make(1000, 0, 0, 0);
+    alignas(16) int32_t lanes[2][4];
+    simd::store(lanes[0], simd::dot_u6x32_add(simd::load(u6), simd::load(u6 + 16), x8, x16, start));
+    simd::store(lanes[1], simd::dot_u6x16_add(simd::load(u6), x8, x16, start));
+    ASSERT_EQ(lanes[0][0] + lanes[0][1] + lanes[0][2] + lanes[0][3], sum32) << trial;
+    ASSERT_EQ(lanes[1][0] + lanes[1][1] + lanes[1][2] + lanes[1][3], sum16) << trial;
   }
 }
 

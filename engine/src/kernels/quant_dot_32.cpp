@@ -4,9 +4,9 @@
 // Per block, the block's integer sum of weight values times activation
 // values is exact: Q8_0's signed bytes are widened to int16 and multiplied
 // with the int16 activations by i32x4.dot_i16x8 (natively with VNNI they go
-// to simd::dot_i8x16_add as they are); the other formats' unsigned
-// values (at most five bits) go to simd::dot_u7x16_add, an 8-bit dot product
-// where the platform has one. (Q4_0 and Q5_0 unpack q and subtract
+// to simd::dot_u8i8x16_add as they are); the other formats' unsigned
+// values (at most five bits) go to simd::dot_u6x32_add, 8-bit dot products
+// where the platform has them. (Q4_0 and Q5_0 unpack q and subtract
 // offset * sum(x_q) once: the same sum of (q - offset) * x_q, in fewer
 // operations.)
 // Then, for row r and position p, in block order:
@@ -217,6 +217,7 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
     xs[j] = x.sums_row(p0 + j);
     acc[j] = wasm_f32x4_splat(0.0f);
   }
+  const simd::HalvesToFloats halves;
   for (int b = 0; b < n_blocks; ++b) {
     const uint8_t* block[4];
     for (int i = 0; i < 4; ++i) block[i] = tile.row[i] + static_cast<size_t>(b) * tile.block_stride;
@@ -224,13 +225,10 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
       for (int i = 0; i < 4; ++i) tile.prefetch_ahead(block[i], F::kBytes);
     }
     // The four rows' fp16 scales (and minimums), converted together.
-    const v128_t dw4 = simd::fp16x4_to_f32x4(wasm_i32x4_make(F::scale_bits(block[0]), F::scale_bits(block[1]),
-                                                             F::scale_bits(block[2]), F::scale_bits(block[3])));
+    const v128_t dw4 = halves(F::scale_bits(block[0]), F::scale_bits(block[1]), F::scale_bits(block[2]),
+                              F::scale_bits(block[3]));
     v128_t mw4 = wasm_f32x4_splat(0.0f);
-    if (F::kHasMin) {
-      mw4 = simd::fp16x4_to_f32x4(wasm_i32x4_make(F::min_bits(block[0]), F::min_bits(block[1]),
-                                                  F::min_bits(block[2]), F::min_bits(block[3])));
-    }
+    if (F::kHasMin) mw4 = halves(F::min_bits(block[0]), F::min_bits(block[1]), F::min_bits(block[2]), F::min_bits(block[3]));
     // Position j's products with the four rows, s[i] for row i, to the float accumulator.
     const auto accumulate = [&](int j, const v128_t s[4]) {
       v128_t isum_i = simd::transpose_sum_i32(s[0], s[1], s[2], s[3]);
@@ -284,10 +282,7 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
         const int8_t* x8 = x8s[j] + b * kBlock;
         const int16_t* x16 = xq[j] + b * kBlock;
         v128_t s[4];
-        for (int i = 0; i < 4; ++i) {
-          s[i] = simd::dot_u7x16_add(u[i][1], x8 + 16, x16 + 16,
-                                     simd::dot_u7x16_add(u[i][0], x8, x16, wasm_i32x4_splat(0)));
-        }
+        for (int i = 0; i < 4; ++i) s[i] = simd::dot_u6x32_add(u[i][0], u[i][1], x8, x16, wasm_i32x4_splat(0));
         accumulate(j, s);
       }
     }

@@ -221,8 +221,8 @@ inline v128_t widen_high(v128_t v) {
 // ---- The SIMD kernel ---------------------------------------------------------
 //
 // One position (decode): each chunk's unsigned values are multiplied with the
-// activations as they are unpacked (simd::dot_u7x16_add: an 8-bit dot
-// product where the platform has one), and each sum scaled by an int32
+// activations as they are unpacked (simd::dot_u6x32_add: 8-bit dot
+// products where the platform has them), and each sum scaled by an int32
 // multiply; Q6_K then takes away 32 * sum of scale * x. Several positions
 // (prefill): each block of four rows is unpacked once and serves them all,
 // as unsigned bytes multiplied the same way where there is an 8-bit dot
@@ -235,20 +235,26 @@ v128_t dot_a_fused(const uint8_t* block, const Scales& s, const int16_t* x16, co
                    const int32_t* xsums16) {
   v128_t a = wasm_i32x4_splat(0);
   if constexpr (simd::kByteDot) {
-    // Consecutive chunks of one group (Q4_K's and Q5_K's two) add up their
-    // products before the group's one multiplication by its scale: in
-    // Chromium (relaxed SIMD) Q4_K then decodes 1.5 times as fast.
-    v128_t sum = wasm_i32x4_splat(0);
-    int group = 0;
+    // A group's chunks (Q4_K's and Q5_K's two, which come one after the
+    // other) add up their products before the group's one multiplication by
+    // its scale: in Chromium (relaxed SIMD) Q4_K then decoded 1.5 times as
+    // fast, and the pair's products added as int16 (simd::dot_u6x32_add)
+    // cost fewer instructions again.
+    v128_t first_of_pair = wasm_i32x4_splat(0);
     F::template for_each_chunk<true>(block, [&](int e, v128_t q, int scale_index) {
-      if (scale_index != group) {
-        a = wasm_i32x4_add(a, wasm_i32x4_mul(sum, wasm_i32x4_splat(s.scale[group])));
-        sum = wasm_i32x4_splat(0);
-        group = scale_index;
+      v128_t sum;
+      if constexpr (F::kGroup == 32) {
+        if (e % 32 == 0) {
+          first_of_pair = q;
+          return;
+        }
+        sum = simd::dot_u6x32_add(first_of_pair, q, x8 + e - 16, x16 + e - 16, wasm_i32x4_splat(0));
+      } else {
+        static_assert(F::kGroup == 16, "a group is one chunk or two");
+        sum = simd::dot_u6x16_add(q, x8 + e, x16 + e, wasm_i32x4_splat(0));
       }
-      sum = simd::dot_u7x16_add(q, x8 + e, x16 + e, sum);
+      a = wasm_i32x4_add(a, wasm_i32x4_mul(sum, wasm_i32x4_splat(s.scale[scale_index])));
     });
-    a = wasm_i32x4_add(a, wasm_i32x4_mul(sum, wasm_i32x4_splat(s.scale[group])));
   } else {
     // (Plain SIMD128 in Chromium: grouping the chunks measured 10 % slower.)
     F::template for_each_chunk<true>(block, [&](int e, v128_t q, int scale_index) {
@@ -301,17 +307,17 @@ inline v128_t dot_b(const Scales& s, const int32_t* xsums) {
 
 // The four rows' fp16 values at `bits`, converted together.
 template <uint16_t (*kBits)(const uint8_t*)>
-inline v128_t four_halves(const uint8_t* const block[4]) {
-  return simd::fp16x4_to_f32x4(wasm_i32x4_make(kBits(block[0]), kBits(block[1]), kBits(block[2]), kBits(block[3])));
+inline v128_t four_halves(const uint8_t* const block[4], const simd::HalvesToFloats& halves) {
+  return halves(kBits(block[0]), kBits(block[1]), kBits(block[2]), kBits(block[3]));
 }
 
 // The four rows' scales of a block: d and dmin in lane i are row i's.
 template <class F>
 struct BlockScales {
   v128_t d, dmin;
-  explicit BlockScales(const uint8_t* const block[4])
-      : d(four_halves<F::d_bits>(block)),
-        dmin(F::kHasMin ? four_halves<F::dmin_bits>(block) : wasm_f32x4_splat(0.0f)) {}
+  BlockScales(const uint8_t* const block[4], const simd::HalvesToFloats& halves)
+      : d(four_halves<F::d_bits>(block, halves)),
+        dmin(F::kHasMin ? four_halves<F::dmin_bits>(block, halves) : wasm_f32x4_splat(0.0f)) {}
 };
 
 // The block's term for one position added to acc: a4's and b4's lane i are
@@ -341,10 +347,15 @@ void dot_a_bytes(const uint8_t (*q)[kQK_K], const Scales s[4], const QuantizedAc
     for (int g = 0; g < kQK_K; g += F::kGroup) {
       v128_t sum[kPositions];
       for (int j = 0; j < kPositions; ++j) sum[j] = wasm_i32x4_splat(0);
-      for (int e = g; e < g + F::kGroup; e += 16) {
-        const v128_t w = simd::load(q[i] + e);
+      if constexpr (F::kGroup == 32) {
+        const v128_t w0 = simd::load(q[i] + g), w1 = simd::load(q[i] + g + 16);
         for (int j = 0; j < kPositions; ++j) {
-          sum[j] = simd::dot_u7x16_add(w, x.q8_row(p0 + j) + e0 + e, x.q_row(p0 + j) + e0 + e, sum[j]);
+          sum[j] = simd::dot_u6x32_add(w0, w1, x.q8_row(p0 + j) + e0 + g, x.q_row(p0 + j) + e0 + g, sum[j]);
+        }
+      } else {
+        const v128_t w = simd::load(q[i] + g);
+        for (int j = 0; j < kPositions; ++j) {
+          sum[j] = simd::dot_u6x16_add(w, x.q8_row(p0 + j) + e0 + g, x.q_row(p0 + j) + e0 + g, sum[j]);
         }
       }
       const v128_t scale = wasm_i32x4_splat(s[i].scale[g / F::kGroup]);
@@ -374,6 +385,7 @@ template <class F, int kPositions>
 void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0, v128_t acc[kPositions]) {
   static_assert(kPositions % 2 == 0, "positions go in pairs");
   for (int j = 0; j < kPositions; ++j) acc[j] = wasm_f32x4_splat(0.0f);
+  const simd::HalvesToFloats halves;
   Scales s[4];
   for (int b = 0; b < n_blocks; ++b) {
     const uint8_t* block[4];
@@ -395,7 +407,7 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
         dot_a_scaled_2(scaled, x.q_row(p0 + j) + b * kQK_K, x.q_row(p0 + j + 1) + b * kQK_K, &a4[j]);
       }
     }
-    const BlockScales<F> scales(block);
+    const BlockScales<F> scales(block, halves);
     for (int j = 0; j < kPositions; ++j) {
       v128_t b4 = wasm_i32x4_splat(0);
       if (F::kHasMin) {
@@ -423,6 +435,7 @@ void dot_rows4_one(const RowTile& tile, int n_blocks, const QuantizedActivations
   const int32_t* xs16 = x.sums16_row(p);
   const int32_t* xs = x.sums_row(p);
   acc[0] = wasm_f32x4_splat(0.0f);
+  const simd::HalvesToFloats halves;
   Scales s;
   for (int first = 0; first < n_blocks; first += kChunk) {
     const int count = n_blocks - first < kChunk ? n_blocks - first : kChunk;
@@ -449,7 +462,7 @@ void dot_rows4_one(const RowTile& tile, int n_blocks, const QuantizedActivations
       for (int i = 0; i < 4; ++i) block[i] = tile.row[i] + static_cast<size_t>(blk) * tile.block_stride;
       const v128_t b4 = F::kHasMin ? simd::transpose_sum_i32(b[c][0], b[c][1], b[c][2], b[c][3]) : wasm_i32x4_splat(0);
       acc[0] = accumulate_block<F>(acc[0], simd::transpose_sum_i32(a[c][0], a[c][1], a[c][2], a[c][3]), b4,
-                                   BlockScales<F>(block), x.d_row(p)[blk]);
+                                   BlockScales<F>(block, halves), x.d_row(p)[blk]);
     }
   }
 }

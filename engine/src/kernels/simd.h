@@ -101,6 +101,25 @@ inline void prefetch_run_start(const uint8_t* row, size_t row_bytes, const uint8
   prefetch_range(row, last < end ? last : end);
 }
 
+// ---- Constants built once ------------------------------------------------------
+
+// v, as a value the compiler cannot see through. LLVM rebuilds a v128
+// constant at each use, inside loops too (its model counts a constant as
+// free), and V8 builds each one with three instructions (a 64-bit load, a
+// move, a shuffle): in Chromium a sixth of the Q5_0 kernel's loop was that.
+// A constant made before a loop and passed through here is built once and
+// kept in a register (or a stack slot: one load). Natively nothing: GCC
+// keeps loop-invariant constants in registers by itself.
+inline v128_t opaque(v128_t v) {
+#if defined(__EMSCRIPTEN__)
+  int64_t low = wasm_i64x2_extract_lane(v, 0), high = wasm_i64x2_extract_lane(v, 1);
+  __asm__("" : "+r"(low), "+r"(high));  // (wasm inline assembly takes no v128)
+  return wasm_i64x2_make(low, high);
+#else
+  return v;
+#endif
+}
+
 // ---- Byte dot products ------------------------------------------------------------
 
 // acc plus the 16 products u[i] * x[i], where u's bytes are weights in
@@ -148,6 +167,41 @@ inline v128_t dot_u7x16_add(v128_t u, const int8_t* x8, const int16_t* x16, v128
   (void)x8;
   return wasm_i32x4_add(acc, wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_u16x8_extend_low_u8x16(u), load(x16)),
                                             wasm_i32x4_dot_i16x8(wasm_u16x8_extend_high_u8x16(u), load(x16 + 8))));
+#endif
+}
+
+// acc plus the 32 products u0[i] * x[i] and u1[i] * x[16 + i], u's bytes in
+// [0, 63]; lanes spread as in dot_u7x16_add. Where the 8-bit dot product is
+// two instructions short of one (relaxed SIMD's i32x4 form costs five
+// instructions in V8 on a CPU without AVX-VNNI, SSSE3 three), the pairs of
+// products stay int16 until both halves are added: four products of at most
+// 63 * 128 each fit, so the sums are exact and relaxed SIMD's result is the
+// same on every platform.
+inline v128_t dot_u6x32_add(v128_t u0, v128_t u1, const int8_t* x8, const int16_t* x16, v128_t acc) {
+#if defined(__wasm_relaxed_simd__)
+  (void)x16;
+  const v128_t pairs = wasm_i16x8_add(wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_load(x8), u0),
+                                      wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_load(x8 + 16), u1));
+  return wasm_i32x4_add(acc, wasm_i32x4_extadd_pairwise_i16x8(pairs));
+#elif defined(SIPLLM_BYTE_DOT) && !defined(SIPLLM_VNNI)
+  (void)x16;
+  const __m128i pairs = _mm_add_epi16(
+      _mm_maddubs_epi16(simde_v128_to_m128i(u0), _mm_loadu_si128(reinterpret_cast<const __m128i*>(x8))),
+      _mm_maddubs_epi16(simde_v128_to_m128i(u1), _mm_loadu_si128(reinterpret_cast<const __m128i*>(x8 + 16))));
+  return wasm_i32x4_add(acc, simde_v128_from_m128i(_mm_madd_epi16(pairs, _mm_set1_epi16(1))));
+#else
+  return dot_u7x16_add(u1, x8 + 16, x16 + 16, dot_u7x16_add(u0, x8, x16, acc));
+#endif
+}
+
+// acc plus the 16 products u[i] * x[i], u's bytes in [0, 63], as
+// dot_u6x32_add takes them.
+inline v128_t dot_u6x16_add(v128_t u, const int8_t* x8, const int16_t* x16, v128_t acc) {
+#if defined(__wasm_relaxed_simd__)
+  (void)x16;
+  return wasm_i32x4_add(acc, wasm_i32x4_extadd_pairwise_i16x8(wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_load(x8), u)));
+#else
+  return dot_u7x16_add(u, x8, x16, acc);
 #endif
 }
 
@@ -307,6 +361,34 @@ inline v128_t load_finite_fp16x4_scaled(const void* p) {
 }
 #endif
 
+// Four half floats, sign-extended into i32 lanes (h0 in lane 0), to floats,
+// exactly as fp16x4_to_f32x4, for a loop that converts many (the weight
+// scales of the matrix kernels): its constants are built once (opaque).
+class HalvesToFloats {
+ public:
+  HalvesToFloats()
+      : sign_and_magnitude_(opaque(wasm_i32x4_splat(static_cast<int32_t>(0x8fffffffu)))),
+        exponent_(opaque(wasm_i32x4_splat(0x7c00))),
+        scale_(opaque(wasm_f32x4_splat(0x1p112f))) {}
+
+  v128_t operator()(uint16_t h0, uint16_t h1, uint16_t h2, uint16_t h3) const {
+    const v128_t h = wasm_i32x4_make(static_cast<int16_t>(h0), static_cast<int16_t>(h1), static_cast<int16_t>(h2),
+                                     static_cast<int16_t>(h3));
+#if defined(SIPLLM_F16C)
+    const __m128i lanes = simde_v128_to_m128i(h);
+    return simde_v128_from_m128(_mm_cvtph_ps(_mm_packs_epi32(lanes, lanes)));
+#else
+    // Finite halves (what weight scales are) as finite_fp16x4_to_scaled_f32x4_simd128
+    // reads them, times 2^112: exact. Infinities and NaN take the whole conversion.
+    if (wasm_v128_any_true(wasm_i32x4_eq(wasm_v128_and(h, exponent_), exponent_))) return fp16x4_to_f32x4_simd128(h);
+    return wasm_f32x4_mul(wasm_v128_and(wasm_i32x4_shl(h, 13), sign_and_magnitude_), scale_);
+#endif
+  }
+
+ private:
+  v128_t sign_and_magnitude_, exponent_, scale_;
+};
+
 // Eight fp16 values to two f32x4 (low four, high four).
 inline void fp16x8_to_f32x4x2(v128_t h, v128_t* lo, v128_t* hi) {
   *lo = fp16x4_to_f32x4(wasm_u32x4_extend_low_u16x8(h));
@@ -315,36 +397,55 @@ inline void fp16x8_to_f32x4x2(v128_t h, v128_t* lo, v128_t* hi) {
 
 // Each lane rounded to the nearest half float (ties to even) and back: what
 // float -> fp16 -> float gives, subnormals, overflow to infinity and NaN
-// included, without the conversions, in SIMD128 alone. Equal to half.h's
-// round trip (tested).
-inline v128_t round_to_f16_simd128(v128_t x) {
-  // Adding c, a power of two 13 binades above x with x's sign, rounds x to
-  // the 11 significant bits a normal half keeps (ties to even: the addition
-  // rounds so); taking c away again is exact. Below 2^-14, halves are
-  // multiples of 2^-24, and c stays at 2^-1 (13 binades above 2^-14), which
-  // rounds to those. From 2^16 on, where every float becomes infinity, c
-  // stays at 2^29 (higher, c itself could overflow); infinities and NaN go
-  // through both operations unchanged.
-  const v128_t sign = wasm_v128_and(x, wasm_i32x4_splat(static_cast<int32_t>(0x80000000u)));
-  const v128_t binade = wasm_u32x4_min(
-      wasm_u32x4_max(wasm_v128_and(x, wasm_i32x4_splat(0x7f800000)), wasm_i32x4_splat(0x38800000)),
-      wasm_i32x4_splat(0x47800000));
-  const v128_t c = wasm_v128_or(wasm_i32x4_add(binade, wasm_i32x4_splat(13 << 23)), sign);
-  const v128_t r = wasm_f32x4_sub(wasm_f32x4_add(x, c), c);
-  // What rounds to 2^16 or more is past the largest half: infinity.
-  const v128_t overflow = wasm_f32x4_ge(wasm_f32x4_abs(r), wasm_f32x4_splat(65536.0f));
-  return wasm_v128_or(wasm_v128_bitselect(wasm_f32x4_splat(INFINITY), r, overflow), sign);
-}
+// included, without the conversions. Its constants are built once, for the
+// loops that round many (opaque).
+class HalfRounding {
+ public:
+  HalfRounding()
+      : sign_(opaque(wasm_i32x4_splat(static_cast<int32_t>(0x80000000u)))),
+        exponent_(opaque(wasm_i32x4_splat(0x7f800000))),
+        smallest_binade_(opaque(wasm_i32x4_splat(0x38800000))),
+        largest_binade_(opaque(wasm_i32x4_splat(0x47800000))),
+        thirteen_binades_(opaque(wasm_i32x4_splat(13 << 23))),
+        largest_half_(opaque(wasm_i32x4_splat(0x477fe000))) {}
 
-// The same, with the conversions where the platform has them.
-inline v128_t round_to_f16(v128_t x) {
+  // In SIMD128 alone (what WebAssembly runs). Equal to half.h's round trip
+  // (tested).
+  v128_t simd128(v128_t x) const {
+    // Adding c, a power of two 13 binades above |x|, rounds |x| to the 11
+    // significant bits a normal half keeps (ties to even: the addition rounds
+    // so); taking c away again is exact. Below 2^-14, halves are multiples of
+    // 2^-24, and c stays at 2^-1 (13 binades above 2^-14), which rounds to
+    // those. From 2^16 on, where every float becomes infinity, c stays at
+    // 2^29 (higher, c itself could overflow); infinity and NaN go through
+    // both operations unchanged.
+    const v128_t magnitude = wasm_v128_andnot(x, sign_);
+    const v128_t binade =
+        wasm_u32x4_min(wasm_u32x4_max(wasm_v128_and(magnitude, exponent_), smallest_binade_), largest_binade_);
+    const v128_t c = wasm_i32x4_add(binade, thirteen_binades_);
+    v128_t r = wasm_f32x4_sub(wasm_f32x4_add(magnitude, c), c);
+    // What rounds past the largest half (65504) is infinity (exponent_'s
+    // bits); NaN's bits are larger still and stay.
+    r = wasm_u32x4_max(r, wasm_v128_and(wasm_i32x4_gt(r, largest_half_), exponent_));
+    return wasm_v128_or(r, wasm_v128_and(x, sign_));
+  }
+
+  // The same, with the conversions where the platform has them.
+  v128_t operator()(v128_t x) const {
 #if defined(SIPLLM_F16C)
-  const __m128i halves = _mm_cvtps_ph(simde_v128_to_m128(x), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  return simde_v128_from_m128(_mm_cvtph_ps(halves));
+    const __m128i halves = _mm_cvtps_ph(simde_v128_to_m128(x), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return simde_v128_from_m128(_mm_cvtph_ps(halves));
 #else
-  return round_to_f16_simd128(x);
+    return simd128(x);
 #endif
-}
+  }
+
+ private:
+  v128_t sign_, exponent_, smallest_binade_, largest_binade_, thirteen_binades_, largest_half_;
+};
+
+inline v128_t round_to_f16_simd128(v128_t x) { return HalfRounding().simd128(x); }
+inline v128_t round_to_f16(v128_t x) { return HalfRounding()(x); }
 
 // ---- Transcendentals -------------------------------------------------------
 
