@@ -228,7 +228,9 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
     const v128_t dw4 = halves(F::scale_bits(block[0]), F::scale_bits(block[1]), F::scale_bits(block[2]),
                               F::scale_bits(block[3]));
     v128_t mw4 = wasm_f32x4_splat(0.0f);
-    if (F::kHasMin) mw4 = halves(F::min_bits(block[0]), F::min_bits(block[1]), F::min_bits(block[2]), F::min_bits(block[3]));
+    if (F::kHasMin) {
+      mw4 = halves(F::min_bits(block[0]), F::min_bits(block[1]), F::min_bits(block[2]), F::min_bits(block[3]));
+    }
     // Position j's products with the four rows, s[i] for row i, to the float accumulator.
     const auto accumulate = [&](int j, const v128_t s[4]) {
       v128_t isum_i = simd::transpose_sum_i32(s[0], s[1], s[2], s[3]);

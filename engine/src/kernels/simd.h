@@ -106,7 +106,8 @@ inline void prefetch_run_start(const uint8_t* row, size_t row_bytes, const uint8
 // v, as a value the compiler cannot see through. LLVM rebuilds a v128
 // constant at each use, inside loops too (its model counts a constant as
 // free), and V8 builds each one with three instructions (a 64-bit load, a
-// move, a shuffle): in Chromium a sixth of the Q5_0 kernel's loop was that.
+// move, a shuffle): in Chromium one instruction in eight of the Q5_0
+// kernel's loop did that.
 // A constant made before a loop and passed through here is built once and
 // kept in a register (or a stack slot: one load). Natively nothing: GCC
 // keeps loop-invariant constants in registers by itself.
@@ -172,11 +173,11 @@ inline v128_t dot_u7x16_add(v128_t u, const int8_t* x8, const int16_t* x16, v128
 
 // acc plus the 32 products u0[i] * x[i] and u1[i] * x[16 + i], u's bytes in
 // [0, 63]; lanes spread as in dot_u7x16_add. Where the 8-bit dot product is
-// two instructions short of one (relaxed SIMD's i32x4 form costs five
-// instructions in V8 on a CPU without AVX-VNNI, SSSE3 three), the pairs of
-// products stay int16 until both halves are added: four products of at most
-// 63 * 128 each fit, so the sums are exact and relaxed SIMD's result is the
-// same on every platform.
+// not one instruction (relaxed SIMD's i32x4 form is five in V8 on a CPU
+// without AVX-VNNI, SSSE3's three), the pairs of products stay int16 until
+// both halves are added: four products of at most 63 * 128 fit in an int16,
+// so the sums are exact, and relaxed SIMD's result is the same on every
+// platform (nothing saturates).
 inline v128_t dot_u6x32_add(v128_t u0, v128_t u1, const int8_t* x8, const int16_t* x16, v128_t acc) {
 #if defined(__wasm_relaxed_simd__)
   (void)x16;
@@ -199,7 +200,8 @@ inline v128_t dot_u6x32_add(v128_t u0, v128_t u1, const int8_t* x8, const int16_
 inline v128_t dot_u6x16_add(v128_t u, const int8_t* x8, const int16_t* x16, v128_t acc) {
 #if defined(__wasm_relaxed_simd__)
   (void)x16;
-  return wasm_i32x4_add(acc, wasm_i32x4_extadd_pairwise_i16x8(wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_load(x8), u)));
+  const v128_t pairs = wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_load(x8), u);
+  return wasm_i32x4_add(acc, wasm_i32x4_extadd_pairwise_i16x8(pairs));
 #else
   return dot_u7x16_add(u, x8, x16, acc);
 #endif
@@ -378,9 +380,12 @@ class HalvesToFloats {
     const __m128i lanes = simde_v128_to_m128i(h);
     return simde_v128_from_m128(_mm_cvtph_ps(_mm_packs_epi32(lanes, lanes)));
 #else
-    // Finite halves (what weight scales are) as finite_fp16x4_to_scaled_f32x4_simd128
-    // reads them, times 2^112: exact. Infinities and NaN take the whole conversion.
-    if (wasm_v128_any_true(wasm_i32x4_eq(wasm_v128_and(h, exponent_), exponent_))) return fp16x4_to_f32x4_simd128(h);
+    // Finite halves (what weight scales are) as
+    // finite_fp16x4_to_scaled_f32x4_simd128 reads them, times 2^112: exact.
+    // Infinities and NaN take the whole conversion.
+    if (wasm_v128_any_true(wasm_i32x4_eq(wasm_v128_and(h, exponent_), exponent_))) {
+      return fp16x4_to_f32x4_simd128(h);
+    }
     return wasm_f32x4_mul(wasm_v128_and(wasm_i32x4_shl(h, 13), sign_and_magnitude_), scale_);
 #endif
   }
