@@ -449,9 +449,6 @@ class HalfRounding {
   v128_t sign_, exponent_, smallest_binade_, largest_binade_, thirteen_binades_, largest_half_;
 };
 
-inline v128_t round_to_f16_simd128(v128_t x) { return HalfRounding().simd128(x); }
-inline v128_t round_to_f16(v128_t x) { return HalfRounding()(x); }
-
 // ---- Transcendentals -------------------------------------------------------
 
 // e^x for each lane, within 2 ulp of std::exp over the range that matters
