@@ -47,6 +47,8 @@
 //      (stats().load), the model server's request log and the loader's
 //      timeline (loader.timelineOriginMs), with the CPU time the renderer,
 //      Chromium's network service and the model server (this process) used.
+//      With --cold-runs N, SipLLM's runs are repeated N times per row, each
+//      in a fresh browser, and the one with the median cold TTFT is reported.
 //   5. Prints the table (Markdown) with SipLLM ÷ wllama ratios against the
 //      targets, and writes every figure to build/bench/results-*.json.
 //
@@ -103,6 +105,10 @@ network:
                        phases, the server's request log, the loader's
                        timeline, CPU time by process)
   --latency-ms Y       delay every model response's headers by Y ms
+  --cold-runs N        load SipLLM cold N times per row (a fresh browser each;
+                       default 1): its row reports the run with the median
+                       cold TTFT, and the --mbps table the spread of all N, as
+                       one cold run on a busy machine varies by a tenth or more
 
 setup:
   --build              rebuild the WebAssembly engine (scripts/build-wasm.sh),
@@ -129,7 +135,7 @@ function parseOptions(argv) {
   const o = {
     models: SHAPES, types: TYPES, threads: [1, 2], engines: ['sipllm', 'wllama'],
     promptTokens: 128, genTokens: 64, warmRuns: null, context: 512, seed: 1,
-    mbps: 0, latencyMs: 0, build: false, wasmDir: null, sipllmBuild: 'auto',
+    mbps: 0, latencyMs: 0, coldRuns: 1, build: false, wasmDir: null, sipllmBuild: 'auto',
     modelsDir: join(repoRoot, 'build/bench-models'),
     vocab: null,
     defaultVocab: join(repoRoot, 'build/native/tests/fixtures/models/llama.cpp-vocab/ggml-vocab-llama-spm.gguf'),
@@ -179,6 +185,7 @@ function parseOptions(argv) {
         break;
       }
       case '--latency-ms': o.latencyMs = count(flag, value(), 0); break;
+      case '--cold-runs': o.coldRuns = count(flag, value(), 1); break;
       case '--build': o.build = true; break;
       case '--wasm-dir': o.wasmDir = resolve(value()); break;
       case '--models-dir': o.modelsDir = resolve(value()); break;
@@ -614,9 +621,16 @@ function printTables(o, rows, meta) {
     out.push('');
     out.push('Transfer: the file\'s bytes at the cap; download: the time this browser took to download the file alone ' +
              'over the same link, in the engine\'s request pattern (2 MiB ranges, two at a time), in a fresh browser.');
+    const spread = o.coldRuns > 1;
+    if (spread) {
+      out.push('');
+      out.push(`SipLLM's figures are those of the run with the median cold TTFT of ${o.coldRuns}, each in a fresh ` +
+               'browser; "runs ÷ transfer" gives all of them, fastest to slowest.');
+    }
     out.push('');
-    out.push('| model | type | MB | thr | transfer s | download s | SipLLM TTFT s | ÷ transfer | ÷ download | wllama TTFT s | ÷ transfer | SipLLM ÷ wllama |');
-    out.push('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
+    out.push('| model | type | MB | thr | transfer s | download s | SipLLM TTFT s | ÷ transfer | ' +
+             `${spread ? 'runs ÷ transfer | ' : ''}÷ download | wllama TTFT s | ÷ transfer | SipLLM ÷ wllama |`);
+    out.push(`|---|---|--:|--:|--:|--:|--:|--:|${spread ? '--:|' : ''}--:|--:|--:|--:|`);
     for (const row of rows) {
       const s = row.s && !row.s.error ? row.s : {};
       const w = row.w && !row.w.error ? row.w : {};
@@ -624,8 +638,9 @@ function printTables(o, rows, meta) {
       const sS = s.coldTtftMs !== undefined ? s.coldTtftMs / 1000 : null;
       const wS = w.coldTtftMs !== undefined ? w.coldTtftMs / 1000 : null;
       const downloadS = row.download && !row.download.error ? row.download.downloadMs / 1000 : null;
+      const runs = spread ? `${(row.coldTtftRuns ?? []).map((ms) => fmt(ratio(ms / 1000, transferS), 2)).join(', ')} | ` : '';
       out.push(`| ${row.model.shape} | ${row.model.type} | ${fmt(row.model.bytes / 1e6)} | ${row.threads} | ` +
-               `${fmt(transferS, 2)} | ${fmt(downloadS, 2)} | ${fmt(sS, 2)} | ${fmt(ratio(sS, transferS), 2)} | ` +
+               `${fmt(transferS, 2)} | ${fmt(downloadS, 2)} | ${fmt(sS, 2)} | ${fmt(ratio(sS, transferS), 2)} | ${runs}` +
                `${fmt(ratio(sS, downloadS), 2)} | ${fmt(wS, 2)} | ${fmt(ratio(wS, transferS), 2)} | ${fmt(ratio(sS, wS), 2)} |`);
     }
     const breakdowns = rows.filter((row) => row.coldBreakdown);
@@ -709,6 +724,27 @@ async function main() {
   const rows = [];
   const log = [];
   const total = models.length * o.threads.length * o.engines.length;
+  // SipLLM's cold runs of a row, each in a fresh browser; the one with the
+  // median cold TTFT (failed runs count as the slowest) stands for the row.
+  const runSipllm = async (config, label) => {
+    const results = [];
+    for (let k = 0; k < o.coldRuns; ++k) {
+      if (o.coldRuns > 1) process.stdout.write(`${k === 0 ? '' : `${label}: `}cold run ${k + 1} of ${o.coldRuns}: `);
+      try {
+        results.push(await runInBrowser(o, pageUrl, modelServer, 'sipllm', config, log));
+      } catch (error) {
+        results.push({ error: error.message.split('\n')[0] });
+      }
+      if (o.coldRuns > 1) {
+        const summary = summarize(results[k]);
+        console.log(summary.error ? `error: ${summary.error}` : `cold TTFT ${fmt(summary.coldTtftMs)} ms`);
+      }
+    }
+    if (o.coldRuns > 1) process.stdout.write(`${label}: the median run: `);
+    const ttft = (result) => summarize(result).coldTtftMs ?? Infinity;
+    const sorted = [...results].sort((a, b) => ttft(a) - ttft(b));
+    return { result: sorted[Math.floor((sorted.length - 1) / 2)], coldTtftRuns: sorted.map(ttft) };
+  };
   let done = 0;
   try {
     for (const model of models) {
@@ -738,10 +774,16 @@ async function main() {
           };
           log.push(label);
           let result;
-          try {
-            result = await runInBrowser(o, pageUrl, modelServer, engine, config, log);
-          } catch (error) {
-            result = { error: error.message.split('\n')[0] };
+          if (engine === 'sipllm') {
+            const runs = await runSipllm(config, label);
+            result = runs.result;
+            row.coldTtftRuns = runs.coldTtftRuns;
+          } else {
+            try {
+              result = await runInBrowser(o, pageUrl, modelServer, engine, config, log);
+            } catch (error) {
+              result = { error: error.message.split('\n')[0] };
+            }
           }
           if (result.browserVersion) meta.browser = `Chromium ${result.browserVersion}`;
           if (result.cores) meta.cores = result.cores;
@@ -782,7 +824,8 @@ async function main() {
     table,
     rows: rows.map((r) => ({
       model: { shape: r.model.shape, type: r.model.type, file: r.model.file, bytes: r.model.bytes, vocab: r.model.vocab },
-      threads: r.threads, sipllm: r.s, wllama: r.w, coldBreakdown: r.coldBreakdown ?? null, download: r.download ?? null, raw: r.raw,
+      threads: r.threads, sipllm: r.s, wllama: r.w, coldTtftRuns: r.coldTtftRuns ?? null,
+      coldBreakdown: r.coldBreakdown ?? null, download: r.download ?? null, raw: r.raw,
     })),
     prompt: models[0]?.prompt,
     pageLog: log,
