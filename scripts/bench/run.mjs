@@ -107,7 +107,7 @@ network:
   --latency-ms Y       delay every model response's headers by Y ms
   --cold-runs N        load SipLLM cold N times per row (a fresh browser each;
                        default 1): its row reports the run with the median
-                       cold TTFT, and the --mbps table the spread of all N, as
+                       cold TTFT (use an odd N), and the --mbps table all N, as
                        one cold run on a busy machine varies by a tenth or more
 
 setup:
@@ -568,7 +568,8 @@ function printTables(o, rows, meta) {
            (o.warmRuns > 0
              ? `Prefill: best of ${o.warmRuns} warm run${o.warmRuns === 1 ? '' : 's'}; decode: best of all ${o.warmRuns + 1} runs`
              : 'No warm runs: decode from the cold run, no prefill') +
-           '; peak: the renderer process\'s peak RSS.');
+           '; peak: the renderer process\'s peak RSS.' +
+           (o.coldRuns > 1 ? ` SipLLM's cells: its run with the median cold TTFT of ${o.coldRuns}, each in a fresh browser.` : ''));
   const vocabs = [...new Set(rows.map((r) => r.model.vocab))];
   out.push(`Greedy; both engines get the same text and the same banned tokens (byte, control, EOS): ${vocabs.join('; ')}.`);
   out.push('');
@@ -725,7 +726,8 @@ async function main() {
   const log = [];
   const total = models.length * o.threads.length * o.engines.length;
   // SipLLM's cold runs of a row, each in a fresh browser; the one with the
-  // median cold TTFT (failed runs count as the slowest) stands for the row.
+  // median cold TTFT (of an even count, the faster middle one; failed runs
+  // count as the slowest) stands for the row.
   const runSipllm = async (config, label) => {
     const results = [];
     for (let k = 0; k < o.coldRuns; ++k) {
