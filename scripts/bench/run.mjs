@@ -516,6 +516,17 @@ function coldBreakdown(result, fileBytes, headerBytes, mbps) {
     pairs += 1;
     if (firstPass[k].computeStartMs < firstPass[k + 2].ioEndMs) keptUp += 1;
   }
+  // What receiving the bytes costs the compute on two cores: a block's
+  // compute that ended before the last byte against one that started after
+  // it (the blocks of a model do the same work; one across it counts in
+  // neither).
+  const blockMs = { arriving: [], after: [] };
+  for (const e of firstPass) {
+    if (!/^block \d+$/.test(loader.units[e.unit]?.name ?? '') || !(e.computeEndMs > 0) || lastByte === null) continue;
+    if (at(e.computeEndMs) <= lastByte) blockMs.arriving.push(e.computeEndMs - e.computeStartMs);
+    else if (at(e.computeStartMs) >= lastByte) blockMs.after.push(e.computeEndMs - e.computeStartMs);
+  }
+  const mean = (xs) => (xs.length ? xs.reduce((sum, x) => sum + x, 0) / xs.length : null);
   const cpuAt = (ms) => {
     const samples = result.cpu ?? [];
     const epoch = t0 + ms;
@@ -549,6 +560,8 @@ function coldBreakdown(result, fileBytes, headerBytes, mbps) {
     firstToken,
     keptUp,
     pairs,
+    blockComputeMs: { whileArriving: mean(blockMs.arriving), blocksWhileArriving: blockMs.arriving.length,
+                      after: mean(blockMs.after), blocksAfter: blockMs.after.length },
     cpuMs: cpu,
     transferMs,
     ttftOverTransfer: firstToken / transferMs,
@@ -653,20 +666,26 @@ function printTables(o, rows, meta) {
                'with a body in flight); the prompt was given; the first unit\'s compute started; the last unit\'s ' +
                'compute ended; the first token reached the page. After header: the time from the header\'s last ' +
                'byte to the first token against the transfer of the bytes after the header. Kept up: units whose compute started before the last ' +
-               'byte of the unit two further on. CPU: seconds used by the page\'s renderer (engine worker, compute ' +
-               'threads), Chromium\'s network service and the model server, from load() to the first token.');
+               'byte of the unit two further on. Block ms: a block\'s mean compute time while bytes still arrived ' +
+               '(its compute ended before the last byte) and after the last byte, with how many blocks each; on a ' +
+               'machine doing nothing else, the difference is what receiving the bytes takes from the compute. ' +
+               'CPU: seconds used by the page\'s renderer (engine worker, compute threads), Chromium\'s network ' +
+               'service and the model server, from load() to the first token.');
       out.push('');
       out.push('| model | type | thr | worker | module | header | 1st request | 1st byte | last byte | link busy | prompt | ' +
-               '1st compute | last compute | 1st token | ÷ transfer | after header ÷ | kept up | CPU s renderer / network / server |');
-      out.push('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
+               '1st compute | last compute | 1st token | ÷ transfer | after header ÷ | kept up | block ms arriving / after | ' +
+               'CPU s renderer / network / server |');
+      out.push('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
       for (const row of breakdowns) {
         const b = row.coldBreakdown;
         const cpu = (kind) => fmt(b.cpuMs[kind] === null ? null : b.cpuMs[kind] / 1000, 2);
+        const blockMs = (m) => `${fmt(m.whileArriving, 1)} (${m.blocksWhileArriving}) / ${fmt(m.after, 1)} (${m.blocksAfter})`;
         out.push(`| ${row.model.shape} | ${row.model.type} | ${row.threads} | ${fmt(b.workerStarted)} | ${fmt(b.moduleReady)} | ` +
                  `${fmt(b.headerRead)} | ${fmt(b.firstRequest)} | ${fmt(b.firstByte)} | ${fmt(b.lastByte)} | ` +
                  `${fmt((100 * b.linkBusyMs) / (b.lastByte - b.firstByte))} % | ${fmt(b.promptCalled)} | ${fmt(b.firstCompute)} | ` +
                  `${fmt(b.lastCompute)} | ${fmt(b.firstToken)} | ${fmt(b.ttftOverTransfer, 2)} | ${fmt(b.afterHeaderOverTransfer, 2)} | ` +
-                 `${b.keptUp}/${b.pairs} | ${cpu('renderer')} / ${cpu('network')} / ${cpu('server')} |`);
+                 `${b.keptUp}/${b.pairs} | ${blockMs(b.blockComputeMs)} | ` +
+                 `${cpu('renderer')} / ${cpu('network')} / ${cpu('server')} |`);
       }
     }
   }
