@@ -518,7 +518,7 @@ function coldBreakdown(result, fileBytes, headerBytes, mbps) {
   }
   // What receiving the bytes costs the compute on two cores: a block's
   // compute that ended before the last byte against one that started after
-  // it (the blocks of a model do the same work; one across it counts in
+  // it (a model's blocks do about the same work; one across it counts in
   // neither).
   const blockMs = { arriving: [], after: [] };
   for (const e of firstPass) {
