@@ -744,6 +744,14 @@ async function main() {
   const rows = [];
   const log = [];
   const total = models.length * o.threads.length * o.engines.length;
+  // One engine run in a fresh browser; a failure becomes the run's error.
+  const runOnce = async (engine, config) => {
+    try {
+      return await runInBrowser(o, pageUrl, modelServer, engine, config, log);
+    } catch (error) {
+      return { error: error.message.split('\n')[0] };
+    }
+  };
   // SipLLM's cold runs of a row, each in a fresh browser; the one with the
   // median cold TTFT (of an even count, the faster middle one; failed runs
   // count as the slowest) stands for the row.
@@ -751,11 +759,7 @@ async function main() {
     const results = [];
     for (let k = 0; k < o.coldRuns; ++k) {
       if (o.coldRuns > 1) process.stdout.write(`${k === 0 ? '' : `${label}: `}cold run ${k + 1} of ${o.coldRuns}: `);
-      try {
-        results.push(await runInBrowser(o, pageUrl, modelServer, 'sipllm', config, log));
-      } catch (error) {
-        results.push({ error: error.message.split('\n')[0] });
-      }
+      results.push(await runOnce('sipllm', config));
       if (o.coldRuns > 1) {
         const summary = summarize(results[k]);
         console.log(summary.error ? `error: ${summary.error}` : `cold TTFT ${fmt(summary.coldTtftMs)} ms`);
@@ -775,11 +779,7 @@ async function main() {
       if (o.mbps > 0) {
         process.stdout.write(`${model.shape} ${model.type}: download alone: `);
         const url = `${modelServer.url}/${model.file}`;
-        try {
-          download = await runInBrowser(o, pageUrl, modelServer, 'download', { url, pieceBytes: 2 << 20, inFlight: 2 }, log);
-        } catch (error) {
-          download = { error: error.message.split('\n')[0] };
-        }
+        download = await runOnce('download', { url, pieceBytes: 2 << 20, inFlight: 2 });
         console.log(download.error ? `error: ${download.error}` : `${fmt(download.downloadMs)} ms`);
       }
       for (const threads of o.threads) {
@@ -800,11 +800,7 @@ async function main() {
             result = runs.result;
             row.coldTtftRuns = runs.coldTtftRuns;
           } else {
-            try {
-              result = await runInBrowser(o, pageUrl, modelServer, engine, config, log);
-            } catch (error) {
-              result = { error: error.message.split('\n')[0] };
-            }
+            result = await runOnce(engine, config);
           }
           if (result.browserVersion) meta.browser = `Chromium ${result.browserVersion}`;
           if (result.cores) meta.cores = result.cores;
