@@ -40,6 +40,7 @@ struct ResultSpec {
   X(name, kText, name, "", "")                                           \
   X(loads, kNumber, loads, "", "")                                       \
   X(bytes, kNumber, bytes, "", "Bytes one load reads.")                 \
+  X(memoryBytes, kNumber, memory_bytes, "", "Bytes it takes in memory.")\
   X(ioMs, kNumber, io_ms, "", "")                                        \
   X(prepareMs, kNumber, prepare_ms, "", "")                              \
   X(computeMs, kNumber, compute_ms, "", "")                              \

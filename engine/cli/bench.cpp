@@ -151,9 +151,10 @@ void print_report(const GenerationStats& s, const GenerationStats* again, const 
   std::printf("decode            %.2f tokens/s (%.1f ms for %d tokens, %.2f ms/token)\n",
               s.decode_tokens_per_s(), s.decode_ms, s.generated_tokens,
               s.generated_tokens > 1 ? s.decode_ms / (s.generated_tokens - 1) : 0.0);
-  // Every decode step reads every unit's weights once, resident or streamed.
+  // Every decode step reads every unit's weights once, resident or streamed,
+  // as they lie in memory.
   uint64_t weights_per_token = 0;
-  for (const UnitCounters& u : l.units) weights_per_token += u.bytes;
+  for (const UnitCounters& u : l.units) weights_per_token += u.memory_bytes;
   const int threads = common.engine.threads > 0 ? common.engine.threads
                                                 : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // The probe with as many threads as decoding used, and with one.
@@ -306,7 +307,7 @@ int run_bench(const CommonOptions& common, const BenchOptions& bench) {
     std::printf("model     %s: %s, %d blocks, dim %d, %s; %.1f MB of weights\n", common.model.c_str(),
                 m.architecture.c_str(), m.n_layers(), static_cast<int>(m.hyperparameter("dim")), types.c_str(),
                 mb(m.weight_bytes));
-    std::printf("loader    %s, %d buffers, %d load threads, budget %s, %s prefill (chunk %d), %d threads\n",
+    std::printf("loader    %s, %d buffers, %d load threads, budget %s, %s prefill (chunk %d), %d threads%s\n",
                 common.backend == Backend::kMmap ? "mmap + ring"
                 : l.mode == LoaderMode::kSync    ? "sync (pread, one buffer)"
                                                  : "ring (pread + prefetch threads)",
@@ -314,7 +315,8 @@ int run_bench(const CommonOptions& common, const BenchOptions& bench) {
                 l.memory_budget == kUnlimitedBudget ? "unlimited" : (std::to_string(l.memory_budget) + " bytes").c_str(),
                 common.engine.layer_major_prefill ? "layer-major" : "per-token",
                 common.engine.prefill_chunk,
-                common.engine.threads > 0 ? common.engine.threads : static_cast<int>(std::thread::hardware_concurrency()));
+                common.engine.threads > 0 ? common.engine.threads : static_cast<int>(std::thread::hardware_concurrency()),
+                l.unpack_5bit ? ", Q5_0/Q5_1 unpacked" : "");
     if (common.throttle.bandwidth_mb_per_s > 0 || common.throttle.latency_ms > 0) {
       std::printf("throttle  %.1f MB/s, %.1f ms latency per read\n", common.throttle.bandwidth_mb_per_s,
                   common.throttle.latency_ms);

@@ -68,6 +68,8 @@ const char* const kUsage =
     "  --budget BYTES      weight memory budget; 0 streams everything (default unlimited)\n"
     "                      suffixes K, M, G (powers of 1024) are accepted\n"
     "  --prefill-chunk N   positions per layer sweep (default 512)\n"
+    "  --unpack-5bit on|off  keep Q5_0 and Q5_1 matrices a value per byte: faster\n"
+    "                      kernels, 55% more memory for them (default on)\n"
     "  --throttle-mbps X   imitate storage of X MB/s      --latency-ms Y  per read\n"
     "\n"
     "http (MODEL is a URL):\n"
@@ -292,6 +294,10 @@ ParsedArgs parse_args(const std::string& command, const std::vector<std::string>
       e.loader.load_threads = static_cast<int>(parse_int(flag, r.value(flag), 1, 16));
     } else if (flag == "--budget") {
       e.loader.memory_budget = parse_bytes(flag, r.value(flag));
+    } else if (flag == "--unpack-5bit") {
+      const std::string v = r.value(flag);
+      if (v != "on" && v != "off") throw UsageError("--unpack-5bit takes on or off, not '" + v + "'");
+      e.loader.unpack_5bit = v == "on";
     } else if (flag == "--prefill-chunk") {
       e.prefill_chunk = static_cast<int>(parse_int(flag, r.value(flag), 1, 1 << 20));
     } else if (flag == "--throttle-mbps") {

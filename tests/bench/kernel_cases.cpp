@@ -36,9 +36,10 @@ std::vector<MatmulCase> matmul_cases() {
   const Shape shapes[] = {{"smollm ffn_up", 1536, 576},
                           {"smollm ffn_down", 576, 1536},
                           {"qwen ffn_down", 896, 4864}};
-  const TensorType types[] = {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ5_0,
-                              TensorType::kQ5_1, TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K,
-                              TensorType::kF16,  TensorType::kF32};
+  const TensorType types[] = {TensorType::kQ8_0,         TensorType::kQ4_0,        TensorType::kQ4_1,
+                              TensorType::kQ5_0,         TensorType::kQ5_1,        TensorType::kQ5_0Unpacked,
+                              TensorType::kQ5_1Unpacked, TensorType::kQ4_K,        TensorType::kQ5_K,
+                              TensorType::kQ6_K,         TensorType::kF16,         TensorType::kF32};
   // Far larger than the caches (75-140 MB quantized), as a whole model is
   // when decoding: this one measures the bandwidth from memory.
   const Shape dram{"dram-sized", 65536, 2048};

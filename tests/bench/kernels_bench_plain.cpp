@@ -37,14 +37,14 @@ double seconds_per_run(Run run) {
 }
 
 int run_cases(const std::string& filter) {
-  std::printf("%-44s %7s %10s %9s %9s\n", "case", "threads", "us/run", "GB/s", "GFLOP/s");
+  std::printf("%-52s %7s %10s %9s %9s\n", "case", "threads", "us/run", "GB/s", "GFLOP/s");
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
     for (const MatmulCase& c : matmul_cases()) {
       if (c.name().find(filter) == std::string::npos) continue;
       MatmulFixture fixture(c);
       const double s = seconds_per_run([&] { fixture.run(pool); });
-      std::printf("%-44s %7d %10.2f %9.2f %9.2f\n", ("matmul " + c.name()).c_str(), threads, s * 1e6,
+      std::printf("%-52s %7d %10.2f %9.2f %9.2f\n", ("matmul " + c.name()).c_str(), threads, s * 1e6,
                   fixture.weight_bytes() / s / 1e9, fixture.flops() / s / 1e9);
       std::fflush(stdout);
       if (const int wrong = fixture.mismatches(); wrong > 0) {
@@ -63,7 +63,7 @@ int run_cases(const std::string& filter) {
       const double s = seconds_per_run([&] { fixture.run(pool); });
       char bandwidth[16] = "";
       if (c.bytes_per_run > 0) std::snprintf(bandwidth, sizeof bandwidth, "%.2f", c.bytes_per_run / s / 1e9);
-      std::printf("%-44s %7d %10.3f %9s %9.2f\n", ("vector " + c.name).c_str(), threads, s * 1e6, bandwidth,
+      std::printf("%-52s %7d %10.3f %9s %9.2f\n", ("vector " + c.name).c_str(), threads, s * 1e6, bandwidth,
                   c.flops_per_run / s / 1e9);
       std::fflush(stdout);
     }

@@ -8,7 +8,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NetworkError, SipLLM } from '../dist/index.js';
 import type { LoadProgress } from '../dist/index.js';
 import { blockSpan, readGgufLayout } from '../dist/gguf-layout.js';
-import { RangeServer, collect, fileSize, generateModel, nativeGreedy, removeDir, serveDir, tempDir } from './support.js';
+import {
+  RangeServer, collect, fileSize, generateModel, nativeGreedy, nativeRun, removeDir, serveDir, tempDir,
+} from './support.js';
 
 const MODEL = 'stories260K.gguf';
 const PROMPT = 'Once upon a time';
@@ -305,6 +307,39 @@ describe('streaming over HTTP', () => {
       removeDir(cache);
     }
   });
+
+  // Q5_0 and Q5_1 matrices, which the engine keeps a value per byte unless
+  // told not to: the text of the native engine with them packed, and the
+  // same hidden states bit for bit either way, resident or streamed.
+  for (const type of ['Q5_0', 'Q5_1']) {
+    it(`runs ${type} matrices unpacked and packed, resident and streamed, alike`, async () => {
+      const dir = tempDir('q5');
+      const model = generateModel(dir, 'kquant-small', type, 'llama.cpp-vocab/ggml-vocab-llama-spm.gguf');
+      const text = nativeRun(model, PROMPT, 8, ['--temp', '0', '--unpack-5bit', 'off']);
+      const own = await RangeServer.start(dir);
+      try {
+        const runs: { embedding: Float32Array; residentBytes: number }[] = [];
+        for (const options of [{ unpack5bit: false }, {}, { memoryBudget: 0 }]) {
+          const llm = await SipLLM.load(`${own.url}/${basename(model)}`, { threads: 2, cache: false, ...options });
+          try {
+            expect(await collect(llm.generate(PROMPT, { maxTokens: 8, temperature: 0 }))).toBe(text);
+            const { embeddings } = await llm.embed([`${PROMPT} there was a robot`]);
+            runs.push({ embedding: embeddings[0], residentBytes: llm.stats().loader.residentBytes });
+          } finally {
+            await llm.unload();
+          }
+        }
+        expect(runs[1].embedding).toEqual(runs[0].embedding);
+        expect(runs[2].embedding).toEqual(runs[0].embedding);
+        // 34 or 36 bytes per 32 values instead of 22 or 24 (the Q6_K head stays).
+        expect(runs[1].residentBytes).toBeGreaterThan(runs[0].residentBytes * 1.2);
+        expect(runs[2].residentBytes).toBe(0);
+      } finally {
+        await own.stop();
+        removeDir(dir);
+      }
+    });
+  }
 
   it('streams a model larger than its memory budget, on every token', async () => {
     // Room for the ring (two of the largest unit) and little else.

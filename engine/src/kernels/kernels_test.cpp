@@ -5,6 +5,7 @@
 // how many positions share a call, which rows share a tile, or the threads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -237,6 +238,15 @@ TestMatrix make_matrix(TensorType type, int rows, int cols, std::mt19937& rng, b
   const TensorTypeTraits& traits = tensor_type_traits(type);
   TestMatrix m{type, rows, cols, {}, {}};
   const size_t row_bytes = tensor_bytes(traits, static_cast<uint64_t>(cols));
+  if (raw_bits && (type == TensorType::kQ5_0Unpacked || type == TensorType::kQ5_1Unpacked)) {
+    // Every bit pattern of the packed form, unpacked as the loader does.
+    const TensorType packed = type == TensorType::kQ5_0Unpacked ? TensorType::kQ5_0 : TensorType::kQ5_1;
+    TestMatrix p = make_matrix(packed, rows, cols, rng, true);
+    m.bytes.resize(row_bytes * static_cast<size_t>(rows));
+    unpack_5bit_blocks(packed, p.bytes.data(), m.bytes.data(), static_cast<size_t>(rows) * cols / 32);
+    m.dequantized = std::move(p.dequantized);
+    return m;
+  }
   m.bytes.resize(row_bytes * static_cast<size_t>(rows));
   if (raw_bits && traits.block_elements > 1) {
     std::uniform_int_distribution<int> byte(0, 255);
@@ -304,7 +314,8 @@ std::vector<TensorType> kernel_types() {
   std::vector<TensorType> types;
   for (TensorType t : {TensorType::kF32, TensorType::kF16, TensorType::kBF16, TensorType::kQ4_0,
                        TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ8_0,
-                       TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
+                       TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kQ5_0Unpacked,
+                       TensorType::kQ5_1Unpacked}) {
     if (find_matmul_kernel(t) != nullptr) types.push_back(t);
   }
   return types;
@@ -514,7 +525,38 @@ TEST_P(MatmulKernelTest, TiledMatrixGivesTheSameBits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, MatmulKernelTest, ::testing::ValuesIn(kernel_types()),
-                         [](const ::testing::TestParamInfo<TensorType>& info) { return type_name(info.param); });
+                         [](const ::testing::TestParamInfo<TensorType>& info) {
+                           std::string name = type_name(info.param);  // "Q5_0 unpacked": Q5_0_unpacked
+                           std::replace(name.begin(), name.end(), ' ', '_');
+                           return name;
+                         });
+
+// The unpacked forms give the packed forms' results bit for bit: the same
+// integer sums, the same float operations.
+TEST(KernelsMatmul, UnpackedQ5MatricesGiveThePackedResults) {
+  std::mt19937 rng(23);
+  ThreadPool pool(2);
+  for (const TensorType packed : {TensorType::kQ5_0, TensorType::kQ5_1}) {
+    for (int n_positions : {1, 5, 64}) {
+      const TestMatrix m = make_matrix(packed, 37, 576, rng, false);
+      std::vector<uint8_t> unpacked(tensor_bytes(tensor_type_traits(unpacked_type(packed)), 37 * 576));
+      unpack_5bit_blocks(packed, m.bytes.data(), unpacked.data(), 37 * 576 / 32);
+      WeightMatrix w = m.view();
+      WeightMatrix u = w;
+      u.type = unpacked_type(packed);
+      u.row_bytes = unpacked.size() / 37;
+      u.data = unpacked.data();
+      std::vector<uint8_t> tiled_bytes = m.bytes;
+      w = tile_rows(w, tiled_bytes.data());
+      u = tile_rows(u, unpacked.data());
+      const std::vector<float> x = random_floats(rng, static_cast<size_t>(n_positions) * 576);
+      std::vector<float> y(37 * static_cast<size_t>(n_positions)), y_unpacked(y.size());
+      matmul(w, x.data(), n_positions, y.data(), pool);
+      matmul(u, x.data(), n_positions, y_unpacked.data(), pool);
+      EXPECT_TRUE(same_bits(y, y_unpacked)) << type_name(packed) << " x" << n_positions;
+    }
+  }
+}
 
 TEST(KernelsMatmul, EveryFileTypeHasAKernel) {
   for (TensorType t : {TensorType::kF32, TensorType::kF16, TensorType::kBF16, TensorType::kQ4_0,

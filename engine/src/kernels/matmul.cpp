@@ -33,6 +33,8 @@ const MatmulKernel* find_matmul_kernel(TensorType type) {
     case TensorType::kQ4_K: return &kMatmulQ4_K;
     case TensorType::kQ5_K: return &kMatmulQ5_K;
     case TensorType::kQ6_K: return &kMatmulQ6_K;
+    case TensorType::kQ5_0Unpacked: return &kMatmulQ5_0Unpacked;
+    case TensorType::kQ5_1Unpacked: return &kMatmulQ5_1Unpacked;
     default: return nullptr;
   }
 }
@@ -176,6 +178,9 @@ WeightMatrix tile_rows(const WeightMatrix& w, uint8_t* bytes) {
       case sizeof(BlockQ4_0): interleave<sizeof(BlockQ4_0)>(rows.data(), n, n_blocks, w.row_bytes, 0, tile); break;
       case sizeof(BlockQ5_0): interleave<sizeof(BlockQ5_0)>(rows.data(), n, n_blocks, w.row_bytes, 0, tile); break;
       case sizeof(BlockQ8_0): interleave<sizeof(BlockQ8_0)>(rows.data(), n, n_blocks, w.row_bytes, 0, tile); break;
+      case sizeof(BlockQ5_1Unpacked):
+        interleave<sizeof(BlockQ5_1Unpacked)>(rows.data(), n, n_blocks, w.row_bytes, 0, tile);
+        break;
       default: interleave<0>(rows.data(), n, n_blocks, w.row_bytes, traits.block_bytes, tile);
     }
   }

@@ -2,7 +2,8 @@
 // they compute and promise).
 //
 //   float_dot.cpp    F32, F16, BF16 weights with f32 activations
-//   quant_dot_32.cpp Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 with Q8_0 activations
+//   quant_dot_32.cpp Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (and Q5_0, Q5_1 unpacked)
+//                    with Q8_0 activations
 //   quant_dot_k.cpp  Q4_K, Q5_K, Q6_K with Q8_K activations
 //
 // Integer kernels are exact up to one float multiply-add per block, and
@@ -24,6 +25,8 @@ extern const MatmulKernel kMatmulQ4_1;
 extern const MatmulKernel kMatmulQ5_0;
 extern const MatmulKernel kMatmulQ5_1;
 extern const MatmulKernel kMatmulQ8_0;
+extern const MatmulKernel kMatmulQ5_0Unpacked;
+extern const MatmulKernel kMatmulQ5_1Unpacked;
 
 extern const MatmulKernel kMatmulQ4_K;
 extern const MatmulKernel kMatmulQ5_K;

@@ -1,5 +1,5 @@
-// Weights in 32-element blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) times Q8_0
-// activations.
+// Weights in 32-element blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, and Q5_0 and
+// Q5_1 unpacked) times Q8_0 activations.
 //
 // Per block, the block's integer sum of weight values times activation
 // values is exact: Q8_0's signed bytes are widened to int16 and multiplied
@@ -201,6 +201,45 @@ struct Q5_1Format {
   }
 };
 
+// The unpacked forms: the values as they lie, one per byte.
+struct Q5_0UnpackedFormat {
+  static constexpr size_t kBytes = sizeof(BlockQ5_0Unpacked);
+  static constexpr bool kSignedBytes = false;
+  static constexpr bool kHasMin = false;
+  static constexpr int kOffset = 16;
+  static uint16_t scale_bits(const uint8_t* b) { return simd::load_u16(b); }
+  static uint16_t min_bits(const uint8_t*) { return 0; }
+  static void unpack_bytes(const uint8_t* b, v128_t u[2]) {
+    u[0] = simd::load(b + offsetof(BlockQ5_0Unpacked, q));
+    u[1] = simd::load(b + offsetof(BlockQ5_0Unpacked, q) + 16);
+  }
+  static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ5_0Unpacked>(b).d); }
+  static float min_reference(const uint8_t*) { return 0.0f; }
+  static void unpack_reference(const uint8_t* b, int16_t q[kBlock]) {
+    const auto block = read_block<BlockQ5_0Unpacked>(b);
+    for (int j = 0; j < kBlock; ++j) q[j] = static_cast<int16_t>(block.q[j] - 16);
+  }
+};
+
+struct Q5_1UnpackedFormat {
+  static constexpr size_t kBytes = sizeof(BlockQ5_1Unpacked);
+  static constexpr bool kSignedBytes = false;
+  static constexpr bool kHasMin = true;
+  static constexpr int kOffset = 0;
+  static uint16_t scale_bits(const uint8_t* b) { return simd::load_u16(b); }
+  static uint16_t min_bits(const uint8_t* b) { return simd::load_u16(b + offsetof(BlockQ5_1Unpacked, m)); }
+  static void unpack_bytes(const uint8_t* b, v128_t u[2]) {
+    u[0] = simd::load(b + offsetof(BlockQ5_1Unpacked, q));
+    u[1] = simd::load(b + offsetof(BlockQ5_1Unpacked, q) + 16);
+  }
+  static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ5_1Unpacked>(b).d); }
+  static float min_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ5_1Unpacked>(b).m); }
+  static void unpack_reference(const uint8_t* b, int16_t q[kBlock]) {
+    const auto block = read_block<BlockQ5_1Unpacked>(b);
+    for (int j = 0; j < kBlock; ++j) q[j] = block.q[j];
+  }
+};
+
 // ---- The SIMD kernel ---------------------------------------------------------
 
 // acc[j] lane i = row i's dot product with position p0 + j.
@@ -338,5 +377,9 @@ const MatmulKernel kMatmulQ4_0{ActivationFormat::kQ8_0, rows_simd<Q4_0Format>, r
 const MatmulKernel kMatmulQ4_1{ActivationFormat::kQ8_0, rows_simd<Q4_1Format>, rows_reference<Q4_1Format>};
 const MatmulKernel kMatmulQ5_0{ActivationFormat::kQ8_0, rows_simd<Q5_0Format>, rows_reference<Q5_0Format>};
 const MatmulKernel kMatmulQ5_1{ActivationFormat::kQ8_0, rows_simd<Q5_1Format>, rows_reference<Q5_1Format>};
+const MatmulKernel kMatmulQ5_0Unpacked{ActivationFormat::kQ8_0, rows_simd<Q5_0UnpackedFormat>,
+                                       rows_reference<Q5_0UnpackedFormat>};
+const MatmulKernel kMatmulQ5_1Unpacked{ActivationFormat::kQ8_0, rows_simd<Q5_1UnpackedFormat>,
+                                       rows_reference<Q5_1UnpackedFormat>};
 
 }  // namespace sipllm

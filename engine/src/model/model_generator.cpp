@@ -172,7 +172,9 @@ uint32_t llama_file_type(const GeneratorOptions& options) {
     case TensorType::kQ5_K: return 16;
     case TensorType::kQ6_K: return 18;
     case TensorType::kBF16: return 32;
-    case TensorType::kQ8_K: break;
+    case TensorType::kQ8_K:
+    case TensorType::kQ5_0Unpacked:
+    case TensorType::kQ5_1Unpacked: break;
   }
   throw Error(ErrorKind::kInvalidArgument, std::string("no model file can be of type ") +
                                                tensor_type_traits(options.type).name);

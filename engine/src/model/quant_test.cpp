@@ -133,6 +133,59 @@ TEST(QuantFormats, Q5_1HandBuiltBlock) {
   }
 }
 
+// Unpacking keeps the scale (and minimum) and puts each level in a byte of
+// its own: the same values, blocks of 34 and 36 bytes. In place too, when
+// the packed blocks lie at the end of the room the unpacked ones take.
+TEST(QuantFormats, Q5BlocksUnpackToALevelPerByte) {
+  for (const TensorType packed : {TensorType::kQ5_0, TensorType::kQ5_1}) {
+    const TensorType unpacked = unpacked_type(packed);
+    ASSERT_NE(unpacked, packed);
+    EXPECT_EQ(tensor_type_traits(static_cast<uint32_t>(unpacked)), nullptr) << "no file holds it";
+    const size_t packed_bytes = tensor_type_traits(packed).block_bytes;
+    const size_t unpacked_bytes = tensor_type_traits(unpacked).block_bytes;
+    EXPECT_EQ(unpacked_bytes, packed_bytes + 12);
+    const size_t levels_at = unpacked_bytes - 32;
+    const size_t qh_at = packed_bytes - 20;
+    constexpr size_t kBlocks = 7;
+    std::vector<uint8_t> raw(kBlocks * packed_bytes);
+    for (size_t i = 0; i < raw.size(); ++i) raw[i] = pattern(static_cast<int>(i));
+    for (size_t b = 0; b < kBlocks; ++b) {  // finite scales and minimums
+      put_u16(raw, b * packed_bytes, 0x3400);
+      if (packed == TensorType::kQ5_1) put_u16(raw, b * packed_bytes + 2, 0xbc00);
+    }
+
+    std::vector<uint8_t> out(kBlocks * unpacked_bytes);
+    unpack_5bit_blocks(packed, raw.data(), out.data(), kBlocks);
+    for (size_t b = 0; b < kBlocks; ++b) {
+      const std::vector<uint8_t> block(raw.begin() + static_cast<long>(b * packed_bytes),
+                                       raw.begin() + static_cast<long>((b + 1) * packed_bytes));
+      const uint8_t* u = out.data() + b * unpacked_bytes;
+      EXPECT_EQ(std::memcmp(u, block.data(), levels_at), 0) << "scale and minimum, block " << b;
+      for (int e = 0; e < 32; ++e) {
+        ASSERT_EQ(u[levels_at + static_cast<size_t>(e)], five_bit_level(block, qh_at, qh_at + 4, e))
+            << tensor_type_traits(packed).name << " block " << b << " element " << e;
+      }
+    }
+    EXPECT_EQ(dequantize(unpacked, out, kBlocks * 32), dequantize(packed, raw, kBlocks * 32));
+
+    // In place: packed at the end of the room, unpacked from its start.
+    std::vector<uint8_t> room(out.size(), 0);
+    std::copy(raw.begin(), raw.end(), room.end() - static_cast<long>(raw.size()));
+    unpack_5bit_blocks(packed, room.data() + room.size() - raw.size(), room.data(), kBlocks);
+    EXPECT_EQ(room, out);
+
+    // Quantizing to the unpacked type is quantizing, then unpacking.
+    const std::vector<float> x = {0.5f, -1.0f, 0.25f, 2.0f, -0.75f, 0.0f, 1.5f, -2.0f, 0.125f, 1.0f, -0.5f,
+                                  0.375f, -1.25f, 0.875f, -0.0625f, 1.75f, 0.3f, -0.6f, 0.9f, -1.2f, 1.5f,
+                                  -1.8f, 2.1f, -0.2f, 0.4f, -0.8f, 1.6f, -0.1f, 0.7f, -1.4f, 1.1f, -0.9f};
+    std::vector<uint8_t> expected(unpacked_bytes);
+    unpack_5bit_blocks(packed, quantize(packed, x).data(), expected.data(), 1);
+    EXPECT_EQ(quantize(unpacked, x), expected);
+  }
+  std::vector<uint8_t> block(64);
+  EXPECT_THROW(unpack_5bit_blocks(TensorType::kQ4_0, block.data(), block.data(), 1), Error);
+}
+
 // Q4_K / Q5_K scales, packed by bytes: for i in 0..3,
 //   byte i     = scale[i] | (scale[i + 4] >> 4) << 6
 //   byte i + 4 = min[i]   | (min[i + 4] >> 4) << 6

@@ -4,8 +4,10 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "model/half.h"
+#include "sipllm/error.h"
 
 namespace sipllm {
 namespace {
@@ -22,6 +24,8 @@ constexpr TensorTypeTraits kQ4_KTraits{"Q4_K", kQK_K, sizeof(BlockQ4_K)};
 constexpr TensorTypeTraits kQ5_KTraits{"Q5_K", kQK_K, sizeof(BlockQ5_K)};
 constexpr TensorTypeTraits kQ6_KTraits{"Q6_K", kQK_K, sizeof(BlockQ6_K)};
 constexpr TensorTypeTraits kQ8_KTraits{"Q8_K", kQK_K, sizeof(BlockQ8_K)};
+constexpr TensorTypeTraits kQ5_0UnpackedTraits{"Q5_0 unpacked", kQK5_0, sizeof(BlockQ5_0Unpacked)};
+constexpr TensorTypeTraits kQ5_1UnpackedTraits{"Q5_1 unpacked", kQK5_1, sizeof(BlockQ5_1Unpacked)};
 
 // Blocks are read with memcpy from possibly unaligned file buffers.
 template <typename Block>
@@ -110,6 +114,31 @@ void dequantize_q5_1(const uint8_t* src, float* dst, size_t n) {
       out[j] = static_cast<float>(lo) * d + m;
       out[j + kQK5_1 / 2] = static_cast<float>(hi) * d + m;
     }
+  }
+}
+
+// Each value of a Q5_0 or Q5_1 block as it reads (0..31), in element order.
+void five_bit_values(const uint8_t qs[16], uint32_t qh, uint8_t q[32]) {
+  for (int j = 0; j < 16; ++j) {
+    q[j] = static_cast<uint8_t>((qs[j] & 0x0f) | ((qh >> j) & 1u) << 4);
+    q[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | ((qh >> (j + 16)) & 1u) << 4);
+  }
+}
+
+void dequantize_q5_0_unpacked(const uint8_t* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n / kQK5_0; ++i) {
+    const auto b = load_block<BlockQ5_0Unpacked>(src + i * sizeof(BlockQ5_0Unpacked));
+    const float d = fp16_to_float(b.d);
+    for (int j = 0; j < kQK5_0; ++j) dst[i * kQK5_0 + j] = static_cast<float>(b.q[j] - 16) * d;
+  }
+}
+
+void dequantize_q5_1_unpacked(const uint8_t* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n / kQK5_1; ++i) {
+    const auto b = load_block<BlockQ5_1Unpacked>(src + i * sizeof(BlockQ5_1Unpacked));
+    const float d = fp16_to_float(b.d);
+    const float m = fp16_to_float(b.m);
+    for (int j = 0; j < kQK5_1; ++j) dst[i * kQK5_1 + j] = static_cast<float>(b.q[j]) * d + m;
   }
 }
 
@@ -543,11 +572,13 @@ void quantize_q8_k(const float* src, uint8_t* dst, size_t n) {
   }
 }
 
-}  // namespace
+// The types no file holds: the engine's own in-memory forms.
+bool in_memory_only(TensorType type) {
+  return type == TensorType::kQ8_K || type == TensorType::kQ5_0Unpacked || type == TensorType::kQ5_1Unpacked;
+}
 
-const TensorTypeTraits* tensor_type_traits(uint32_t type_id) {
-  if (type_id == static_cast<uint32_t>(TensorType::kQ8_K)) return nullptr;  // never in a file
-  switch (static_cast<TensorType>(type_id)) {
+const TensorTypeTraits* traits_of(TensorType type) {
+  switch (type) {
     case TensorType::kF32: return &kF32Traits;
     case TensorType::kF16: return &kF16Traits;
     case TensorType::kBF16: return &kBF16Traits;
@@ -559,17 +590,24 @@ const TensorTypeTraits* tensor_type_traits(uint32_t type_id) {
     case TensorType::kQ4_K: return &kQ4_KTraits;
     case TensorType::kQ5_K: return &kQ5_KTraits;
     case TensorType::kQ6_K: return &kQ6_KTraits;
-    case TensorType::kQ8_K: break;
+    case TensorType::kQ8_K: return &kQ8_KTraits;
+    case TensorType::kQ5_0Unpacked: return &kQ5_0UnpackedTraits;
+    case TensorType::kQ5_1Unpacked: return &kQ5_1UnpackedTraits;
   }
   return nullptr;
 }
 
-const TensorTypeTraits& tensor_type_traits(TensorType type) {
-  if (type == TensorType::kQ8_K) return kQ8_KTraits;
-  return *tensor_type_traits(static_cast<uint32_t>(type));
+}  // namespace
+
+const TensorTypeTraits* tensor_type_traits(uint32_t type_id) {
+  const auto type = static_cast<TensorType>(type_id);
+  return in_memory_only(type) ? nullptr : traits_of(type);
 }
 
+const TensorTypeTraits& tensor_type_traits(TensorType type) { return *traits_of(type); }
+
 std::string tensor_type_name(uint32_t type_id) {
+  if (in_memory_only(static_cast<TensorType>(type_id))) return traits_of(static_cast<TensorType>(type_id))->name;
   // ggml's names for the types this engine does not read, so errors can say
   // "Q2_K" rather than a number.
   static const char* const kGgmlNames[] = {
@@ -610,7 +648,45 @@ void dequantize_row(TensorType type, const void* src, float* dst, size_t n) {
     case TensorType::kQ5_K: dequantize_q45_k<BlockQ5_K, true>(bytes, dst, n); return;
     case TensorType::kQ6_K: dequantize_q6_k(bytes, dst, n); return;
     case TensorType::kQ8_K: dequantize_q8_k(bytes, dst, n); return;
+    case TensorType::kQ5_0Unpacked: dequantize_q5_0_unpacked(bytes, dst, n); return;
+    case TensorType::kQ5_1Unpacked: dequantize_q5_1_unpacked(bytes, dst, n); return;
   }
+}
+
+TensorType unpacked_type(TensorType type) {
+  if (type == TensorType::kQ5_0) return TensorType::kQ5_0Unpacked;
+  if (type == TensorType::kQ5_1) return TensorType::kQ5_1Unpacked;
+  return type;
+}
+
+namespace {
+
+template <typename Packed, typename Unpacked>
+void unpack_5bit(const uint8_t* src, uint8_t* dst, size_t n_blocks) {
+  // Through a copy of a few blocks at a time, each copy read whole before
+  // any of its blocks' unpacked bytes, which may land on it, are written.
+  // (Block by block through a local variable, the WebAssembly build's
+  // optimised code got blocks wrong in place.)
+  constexpr size_t kChunk = 32;
+  Packed chunk[kChunk];
+  for (size_t first = 0; first < n_blocks; first += kChunk) {
+    const size_t n = std::min(kChunk, n_blocks - first);
+    std::memcpy(chunk, src + first * sizeof(Packed), n * sizeof(Packed));
+    for (size_t i = 0; i < n; ++i) {
+      Unpacked out;
+      std::memcpy(&out, &chunk[i], offsetof(Packed, qh));  // the scale, and the minimum if any
+      five_bit_values(chunk[i].qs, load_u32(chunk[i].qh), out.q);
+      std::memcpy(dst + (first + i) * sizeof out, &out, sizeof out);
+    }
+  }
+}
+
+}  // namespace
+
+void unpack_5bit_blocks(TensorType type, const uint8_t* src, uint8_t* dst, size_t n_blocks) {
+  if (type == TensorType::kQ5_0) return unpack_5bit<BlockQ5_0, BlockQ5_0Unpacked>(src, dst, n_blocks);
+  if (type == TensorType::kQ5_1) return unpack_5bit<BlockQ5_1, BlockQ5_1Unpacked>(src, dst, n_blocks);
+  throw Error(ErrorKind::kInvalidArgument, tensor_type_name(static_cast<uint32_t>(type)) + " has no unpacked form");
 }
 
 void quantize_row(TensorType type, const float* src, void* dst, size_t n) {
@@ -644,6 +720,14 @@ void quantize_row(TensorType type, const float* src, void* dst, size_t n) {
     case TensorType::kQ5_K: quantize_q5_k(src, bytes, n); return;
     case TensorType::kQ6_K: quantize_q6_k(src, bytes, n); return;
     case TensorType::kQ8_K: quantize_q8_k(src, bytes, n); return;
+    case TensorType::kQ5_0Unpacked:
+    case TensorType::kQ5_1Unpacked: {
+      const TensorType packed = type == TensorType::kQ5_0Unpacked ? TensorType::kQ5_0 : TensorType::kQ5_1;
+      std::vector<uint8_t> blocks(tensor_bytes(tensor_type_traits(packed), n));
+      quantize_row(packed, src, blocks.data(), n);
+      unpack_5bit_blocks(packed, blocks.data(), bytes, n / kQK5_0);
+      return;
+    }
   }
 }
 

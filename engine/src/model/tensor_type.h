@@ -27,6 +27,11 @@ enum class TensorType : uint32_t {
   // memory: tensor_type_traits(uint32_t) refuses it, so no file can use it.
   kQ8_K = 15,
   kBF16 = 30,
+  // Q5_0 and Q5_1 with each 5-bit value in a byte of its own (see
+  // unpack_5bit_blocks), a form the loader may keep them in for faster
+  // kernels. In memory only, like Q8_K; ids past ggml's.
+  kQ5_0Unpacked = 256 + 6,
+  kQ5_1Unpacked = 256 + 7,
 };
 
 struct TensorTypeTraits {
@@ -36,9 +41,10 @@ struct TensorTypeTraits {
 };
 
 // The traits of a type id read from a file; nullptr when the engine cannot
-// read that type from a file (unknown ids, Q2_K, Q3_K, the IQ types, Q8_K).
+// read that type from a file (unknown ids, Q2_K, Q3_K, the IQ types, and the
+// in-memory types).
 const TensorTypeTraits* tensor_type_traits(uint32_t type_id);
-// The traits of any TensorType, Q8_K included.
+// The traits of any TensorType, the in-memory ones included.
 const TensorTypeTraits& tensor_type_traits(TensorType type);
 std::string tensor_type_name(uint32_t type_id);  // "Q8_0", or "type 99" if unknown
 
@@ -103,6 +109,24 @@ struct BlockQ8_0 {
 };
 static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 block is 34 bytes");
 static_assert(offsetof(BlockQ8_0, qs) == 2, "Q8_0 layout");
+
+// Q5_0 and Q5_1 unpacked: the same scale (and minimum), then element j's
+// 5-bit q in byte q[j]. 12 bytes more per block, but a kernel reads the
+// values as they are, where the packed form costs WebAssembly's SIMD, which
+// has no instruction for it, more to spread the fifth bits than the dot
+// product takes.
+struct BlockQ5_0Unpacked {
+  uint16_t d;  // fp16 scale; x = d * (q - 16)
+  uint8_t q[kQK5_0];
+};
+static_assert(sizeof(BlockQ5_0Unpacked) == 34, "Q5_0 unpacked block is 34 bytes");
+
+struct BlockQ5_1Unpacked {
+  uint16_t d;  // fp16 scale; x = d * q + m
+  uint16_t m;  // fp16 minimum
+  uint8_t q[kQK5_1];
+};
+static_assert(sizeof(BlockQ5_1Unpacked) == 36, "Q5_1 unpacked block is 36 bytes");
 
 // ---- K-quants: super-blocks of 256 elements --------------------------------
 
@@ -184,13 +208,24 @@ inline KScaleMin k_quant_scale_min(const uint8_t* scales, int j) {
           static_cast<uint8_t>((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4))};
 }
 
+// The unpacked form of Q5_0 or Q5_1; any other type itself.
+TensorType unpacked_type(TensorType type);
+
+// Rewrites `n_blocks` blocks of Q5_0 or Q5_1 at `src` in their unpacked form
+// at `dst`. The two may overlap when the unpacked blocks end no later than
+// the packed ones (dst + n_blocks * unpacked size <= src + n_blocks * packed
+// size): blocks are rewritten first to last, each read before it is
+// written, so a tensor read into the end of its room unpacks in place.
+void unpack_5bit_blocks(TensorType type, const uint8_t* src, uint8_t* dst, size_t n_blocks);
+
 // Expands `n` elements (a whole number of blocks) of `type` at `src` to
 // floats. The scalar reference every SIMD kernel is tested against.
 void dequantize_row(TensorType type, const void* src, float* dst, size_t n);
 
 // Encodes `n` floats (a whole number of blocks) as `type`, rounding as ggml's
 // reference quantizers do. Writes tensor_bytes(traits, n) bytes. For Q8_K the
-// bsums are filled in.
+// bsums are filled in; the unpacked types are quantized as their packed form,
+// then unpacked.
 void quantize_row(TensorType type, const float* src, void* dst, size_t n);
 
 }  // namespace sipllm

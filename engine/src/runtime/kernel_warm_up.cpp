@@ -11,7 +11,7 @@
 
 namespace sipllm {
 
-KernelWarmUp::KernelWarmUp(const ModelDescription& model, KvCacheType kv_cache_type)
+KernelWarmUp::KernelWarmUp(const ModelDescription& model, KvCacheType kv_cache_type, bool unpack_5bit)
     : model_(model), shape_(model.shape), cache_(1, model.shape.kv_dim(), kPositions, kv_cache_type) {
   rope_.dims = shape_.rope_dims;
   rope_.style = model.family->rope_style;
@@ -21,7 +21,8 @@ KernelWarmUp::KernelWarmUp(const ModelDescription& model, KvCacheType kv_cache_t
     for (const TensorSlice& slice : unit.tensors) {
       const GgufTensorInfo* t = slice.tensor;
       if (slice.spec->is_vector() || find_matmul_kernel(t->type) == nullptr) continue;
-      shapes.emplace(t->type, static_cast<int>(t->row_length()));
+      // In the type the loader keeps it in (LoaderOptions::unpack_5bit).
+      shapes.emplace(unpack_5bit ? unpacked_type(t->type) : t->type, static_cast<int>(t->row_length()));
     }
   }
   int max_cols = std::max({shape_.dim, shape_.q_dim(), shape_.hidden_dim});

@@ -28,7 +28,8 @@ class KernelWarmUp {
   static constexpr int kPositions = 64;
   static constexpr int kRows = 64;
 
-  KernelWarmUp(const ModelDescription& model, KvCacheType kv_cache_type);
+  // unpack_5bit: as LoaderOptions::unpack_5bit.
+  KernelWarmUp(const ModelDescription& model, KvCacheType kv_cache_type, bool unpack_5bit);
 
   // One pass over everything, a few milliseconds once the code is optimized
   // (on first-run code, hundreds). Returns early, between two kernels, once

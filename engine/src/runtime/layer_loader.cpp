@@ -47,7 +47,13 @@ size_t addressable(uint64_t bytes, const std::string& what) {
 
 // ---- Construction: what to read, what to keep ------------------------------
 
-LayerLoader::UnitPlan LayerLoader::plan_unit(const ModelDescription& model, int unit_index) {
+// The type a tensor of a unit is kept in, prepared for the kernels.
+TensorType LayerLoader::prepared_type(const TensorSlice& slice, bool unpack_5bit) {
+  const TensorType type = slice.tensor->type;
+  return unpack_5bit && !slice.spec->is_vector() ? unpacked_type(type) : type;
+}
+
+LayerLoader::UnitPlan LayerLoader::plan_unit(const ModelDescription& model, int unit_index, bool unpack_5bit) {
   const UnitTensors& unit = model.units[static_cast<size_t>(unit_index)];
   UnitPlan plan;
   plan.name = unit.name;
@@ -58,19 +64,21 @@ LayerLoader::UnitPlan LayerLoader::plan_unit(const ModelDescription& model, int 
   std::sort(order.begin(), order.end(),
             [&](size_t a, size_t b) { return unit.tensors[a].offset() < unit.tensors[b].offset(); });
 
-  plan.tensor_offsets.assign(unit.tensors.size(), 0);
+  plan.read_offsets.assign(unit.tensors.size(), 0);
   uint64_t buffer_end = 0;
   for (size_t i : order) {
     const uint64_t offset = unit.tensors[i].offset();
     const uint64_t bytes = unit.tensors[i].bytes();
     if (!plan.ranges.empty()) {
+      // Tensors that share bytes in the file (a malformed one) get a range
+      // each, so that preparing one in place cannot change the other.
       ReadRange& last = plan.ranges.back();
       const uint64_t last_end = last.file_offset + last.length;
-      if (offset >= last.file_offset && offset <= last_end + kMaxCoalesceGap) {
-        last.length = std::max(last_end, offset + bytes) - last.file_offset;
+      if (offset >= last_end && offset <= last_end + kMaxCoalesceGap) {
+        last.length = offset + bytes - last.file_offset;
         buffer_end = last.buffer_offset + last.length;
         addressable(buffer_end, unit.name);
-        plan.tensor_offsets[i] = last.buffer_offset + static_cast<size_t>(offset - last.file_offset);
+        plan.read_offsets[i] = last.buffer_offset + static_cast<size_t>(offset - last.file_offset);
         continue;
       }
     }
@@ -78,9 +86,33 @@ LayerLoader::UnitPlan LayerLoader::plan_unit(const ModelDescription& model, int 
     buffer_end = buffer_offset + bytes;
     addressable(buffer_end, unit.name);
     plan.ranges.push_back({offset, bytes, static_cast<size_t>(buffer_offset)});
-    plan.tensor_offsets[i] = static_cast<size_t>(buffer_offset);
+    plan.read_offsets[i] = static_cast<size_t>(buffer_offset);
   }
   for (const ReadRange& r : plan.ranges) plan.read_bytes += r.length;
+
+  // Matrices unpacked for the kernels take more room than they were read
+  // in: everything is read `growth` bytes further into the buffer, and
+  // preparing moves each tensor, in buffer order, down to where it lies
+  // prepared, unpacking as it goes. A tensor then ends no later than the
+  // next one's bytes begin, nor than its own did: nothing is overwritten
+  // before it is read (unpack_5bit_blocks).
+  plan.tensor_offsets = plan.read_offsets;
+  uint64_t growth = 0;
+  for (size_t i : order) {
+    const TensorSlice& slice = unit.tensors[i];
+    plan.tensor_offsets[i] += static_cast<size_t>(growth);
+    const TensorType type = prepared_type(slice, unpack_5bit);
+    if (type != slice.tensor->type) {
+      const uint64_t elements = slice.rows * slice.tensor->row_length();
+      growth += align_up(tensor_bytes(tensor_type_traits(type), elements) - slice.bytes());
+    }
+  }
+  if (growth > 0) {
+    for (size_t i : order) plan.read_offsets[i] += static_cast<size_t>(growth);
+    for (ReadRange& r : plan.ranges) r.buffer_offset += static_cast<size_t>(growth);
+    buffer_end = addressable(buffer_end + growth, unit.name);
+    plan.moves = std::move(order);
+  }
 
   // Vectors stored as F16/BF16 get a float copy after the raw bytes.
   plan.vector_offsets.assign(unit.tensors.size(), SIZE_MAX);
@@ -96,9 +128,11 @@ LayerLoader::UnitPlan LayerLoader::plan_unit(const ModelDescription& model, int 
   return plan;
 }
 
-size_t LayerLoader::largest_unit_bytes(const ModelDescription& model) {
+size_t LayerLoader::largest_unit_bytes(const ModelDescription& model, const LoaderOptions& options) {
   size_t largest = 0;
-  for (int u = 0; u < model.n_units(); ++u) largest = std::max(largest, plan_unit(model, u).buffer_bytes);
+  for (int u = 0; u < model.n_units(); ++u) {
+    largest = std::max(largest, plan_unit(model, u, options.unpack_5bit).buffer_bytes);
+  }
   return largest;
 }
 
@@ -248,6 +282,7 @@ LayerLoader::LayerLoader(WeightSource& source, const ModelDescription& model,
       budget_(options.memory_budget),
       reserved_(working_bytes),
       read_chunk_bytes_(std::max<size_t>(options.read_chunk_bytes, 1 << 16)),
+      unpack_5bit_(options.unpack_5bit),
       epoch_(std::chrono::steady_clock::now()) {
   stats_.timeline_origin_ms = wall_clock_ms();
   if (options.n_buffers < 1) {
@@ -257,12 +292,13 @@ LayerLoader::LayerLoader(WeightSource& source, const ModelDescription& model,
     throw Error(ErrorKind::kInvalidArgument,
                 "load_threads must be 0 (as the source prefers) or more, not " + std::to_string(options.load_threads));
   }
-  for (int u = 0; u < model_.n_units(); ++u) plans_.push_back(plan_unit(model_, u));
+  for (int u = 0; u < model_.n_units(); ++u) plans_.push_back(plan_unit(model_, u, unpack_5bit_));
   choose_residency(options);
 
   resident_.resize(plans_.size());
   for (size_t u = 0; u < plans_.size(); ++u) {
-    stats_.units.push_back({plans_[u].name, 0, plans_[u].read_bytes, 0, 0, 0, 0, plans_[u].resident});
+    stats_.units.push_back(
+        {plans_[u].name, 0, plans_[u].read_bytes, plans_[u].buffer_bytes, 0, 0, 0, 0, plans_[u].resident});
     if (plans_[u].resident) {
       resident_[u] = std::make_unique<Slot>();
       ++stats_.resident_units;
@@ -348,8 +384,22 @@ void LayerLoader::load_into(int unit, Slot& slot) {
   }
   slot.io_end = now();
 
-  // Prepare: the weights by name, for the kernels; float copies of vectors
-  // stored in 16 bits; a fused matrix split into the matrices it feeds.
+  // Prepare: each tensor moved to its place (see plan_unit), unpacked where
+  // the kernels want it so; the weights by name, for the kernels; float
+  // copies of vectors stored in 16 bits; a fused matrix split into the
+  // matrices it feeds.
+  for (size_t i : plan.moves) {
+    const TensorSlice& slice = tensors.tensors[i];
+    const uint8_t* from = base + plan.read_offsets[i];
+    uint8_t* to = base + plan.tensor_offsets[i];
+    const TensorType type = slice.tensor->type;
+    if (prepared_type(slice, unpack_5bit_) != type) {
+      const uint64_t elements = slice.rows * slice.tensor->row_length();
+      unpack_5bit_blocks(type, from, to, static_cast<size_t>(elements / tensor_type_traits(type).block_elements));
+    } else {
+      std::memmove(to, from, static_cast<size_t>(slice.bytes()));
+    }
+  }
   slot.view = UnitWeights{};
   for (size_t i = 0; i < tensors.tensors.size(); ++i) {
     const TensorSlice& slice = tensors.tensors[i];
@@ -366,10 +416,10 @@ void LayerLoader::load_into(int unit, Slot& slot) {
       continue;
     }
     WeightMatrix m;
-    m.type = slice.tensor->type;
+    m.type = prepared_type(slice, unpack_5bit_);
     m.cols = static_cast<int>(slice.tensor->row_length());
     m.rows = static_cast<int>(slice.rows);
-    m.row_bytes = static_cast<size_t>(slice.row_bytes());
+    m.row_bytes = static_cast<size_t>(tensor_bytes(tensor_type_traits(m.type), static_cast<uint64_t>(m.cols)));
     m.data = data;
     // Each matrix in the layout its kernel reads fastest (four-row tiles),
     // rearranged in the buffer: the bytes are this slot's own.

@@ -51,7 +51,7 @@ class LayerLoader {
 
   int n_units() const { return static_cast<int>(plans_.size()); }
   // The memory one buffer of the ring takes for `model`: its largest unit.
-  static size_t largest_unit_bytes(const ModelDescription& model);
+  static size_t largest_unit_bytes(const ModelDescription& model, const LoaderOptions& options);
   bool is_resident(int unit) const { return plans_[static_cast<size_t>(unit)].resident; }
 
   // Takes `bytes` more of the memory budget for working memory (the KV cache
@@ -103,7 +103,9 @@ class LayerLoader {
   struct UnitPlan {
     std::string name;
     std::vector<ReadRange> ranges;
-    std::vector<size_t> tensor_offsets;  // where each tensor's bytes land in the buffer
+    std::vector<size_t> read_offsets;    // where each tensor's bytes land in the buffer
+    std::vector<size_t> tensor_offsets;  // where it lies prepared
+    std::vector<size_t> moves;           // tensors to move there, in buffer order (none if it is where it lands)
     std::vector<size_t> vector_offsets;  // float copies of non-F32 norm vectors (or SIZE_MAX)
     size_t buffer_bytes = 0;
     uint64_t read_bytes = 0;
@@ -129,7 +131,8 @@ class LayerLoader {
     uint64_t generation = 0;  // bumps on reset, so a stale load is discarded
   };
 
-  static UnitPlan plan_unit(const ModelDescription& model, int unit);
+  static TensorType prepared_type(const TensorSlice& slice, bool unpack_5bit);
+  static UnitPlan plan_unit(const ModelDescription& model, int unit, bool unpack_5bit);
   void choose_residency(const LoaderOptions& options);
   void create_ring();
   // Under mutex_: bytes of weights held or planned (resident units, the
@@ -160,6 +163,7 @@ class LayerLoader {
   uint64_t reserved_;            // working memory claimed within the budget
   size_t largest_unit_ = 0;
   const size_t read_chunk_bytes_;
+  const bool unpack_5bit_;  // LoaderOptions::unpack_5bit
   std::vector<UnitPlan> plans_;
   std::vector<std::unique_ptr<Slot>> resident_;  // per unit; null when streamed
   std::vector<std::unique_ptr<Slot>> ring_;

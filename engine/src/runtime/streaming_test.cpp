@@ -124,71 +124,113 @@ uint64_t sum_unit_bytes(const LoaderStats& s) {
   return total;
 }
 
-void check_every_configuration(const std::string& model_file, const std::string& prompt_text) {
-  const std::vector<uint8_t> bytes = file_bytes(model_file);
+// Every backend, loader mode and budget, with Q5_0 and Q5_1 matrices packed
+// and unpacked (LoaderOptions::unpack_5bit), against a plain sync run.
+void check_every_configuration(const std::vector<uint8_t>& bytes, const std::string& prompt_text) {
   const TempFile file(bytes);
 
   EngineOptions reference_options;
   reference_options.loader.mode = LoaderMode::kSync;
+  reference_options.loader.unpack_5bit = false;
   auto reference_engine = Engine::open(make_memory_source(bytes), reference_options);
   const std::vector<int32_t> prompt = reference_engine->tokenize(prompt_text);
   ASSERT_GT(prompt.size(), 8u);
   const std::vector<std::string> expected = run_transcript(*reference_engine, prompt);
 
-  // Budgets in terms of this model: the ring alone, the ring plus one block,
-  // plus half the model, and everything; each beside the working memory
-  // (activations, the KV cache), which the budget covers too.
-  uint64_t ring_bytes = 0, block_bytes = 0, model_bytes = 0, working_bytes = 0;
-  {
-    EngineOptions probe;
-    probe.loader.memory_budget = 0;
-    probe.threads = 2;
-    auto engine = Engine::open(make_memory_source(bytes), probe);
-    const LoaderStats s = engine->loader_stats();
-    ring_bytes = s.ring_bytes;
-    block_bytes = s.units[0].bytes + 1024;  // room for buffer alignment
-    model_bytes = engine->info().weight_bytes;
-    working_bytes = s.working_bytes;
-  }
-  struct Budget {
-    const char* name;
-    uint64_t bytes;
-  };
-  for (Backend backend : {Backend::kFile, Backend::kMmap, Backend::kMemory, Backend::kThrottled}) {
-    for (LoaderMode mode : {LoaderMode::kSync, LoaderMode::kRing}) {
-      const uint64_t ring = mode == LoaderMode::kSync ? ring_bytes / 2 : ring_bytes;
-      for (const Budget& budget : {Budget{"0", 0}, Budget{"one block", working_bytes + ring + block_bytes},
-                                   Budget{"half", working_bytes + ring + model_bytes / 2},
-                                   Budget{"whole", kUnlimitedBudget}}) {
-        SCOPED_TRACE(std::string(backend_name(backend)) + ", " +
-                     (mode == LoaderMode::kSync ? "sync" : "ring") + ", budget " + budget.name);
-        EngineOptions options;
-        options.loader.mode = mode;
-        options.loader.memory_budget = budget.bytes;
-        options.threads = 2;
-        auto engine = Engine::open(make_source(backend, file, bytes), options);
-        const std::vector<std::string> got = run_transcript(*engine, prompt);
-        ASSERT_EQ(got.size(), expected.size());
-        for (size_t i = 0; i < got.size(); ++i) {
-          EXPECT_TRUE(got[i] == expected[i]) << (i == 0 ? "prefill" : "decode step ") << i;
+  for (bool unpack : {false, true}) {
+    // Budgets in terms of this model: the ring alone, the ring plus one
+    // block, plus half the model, and everything; each beside the working
+    // memory (activations, the KV cache), which the budget covers too.
+    uint64_t ring_bytes = 0, block_bytes = 0, model_bytes = 0, working_bytes = 0;
+    {
+      EngineOptions probe;
+      probe.loader.memory_budget = 0;
+      probe.loader.unpack_5bit = unpack;
+      probe.threads = 2;
+      auto engine = Engine::open(make_memory_source(bytes), probe);
+      const LoaderStats s = engine->loader_stats();
+      ring_bytes = s.ring_bytes;
+      block_bytes = ring_bytes / 2;  // the largest unit's buffer
+      model_bytes = engine->info().weight_bytes;
+      working_bytes = s.working_bytes;
+    }
+    struct Budget {
+      const char* name;
+      uint64_t bytes;
+    };
+    for (Backend backend : {Backend::kFile, Backend::kMmap, Backend::kMemory, Backend::kThrottled}) {
+      for (LoaderMode mode : {LoaderMode::kSync, LoaderMode::kRing}) {
+        const uint64_t ring = mode == LoaderMode::kSync ? ring_bytes / 2 : ring_bytes;
+        for (const Budget& budget : {Budget{"0", 0}, Budget{"one block", working_bytes + ring + block_bytes},
+                                     Budget{"half", working_bytes + ring + model_bytes / 2},
+                                     Budget{"whole", kUnlimitedBudget}}) {
+          SCOPED_TRACE(std::string(backend_name(backend)) + ", " + (mode == LoaderMode::kSync ? "sync" : "ring") +
+                       ", budget " + budget.name + (unpack ? ", unpacked" : ""));
+          EngineOptions options;
+          options.loader.mode = mode;
+          options.loader.memory_budget = budget.bytes;
+          options.loader.unpack_5bit = unpack;
+          options.threads = 2;
+          auto engine = Engine::open(make_source(backend, file, bytes), options);
+          const std::vector<std::string> got = run_transcript(*engine, prompt);
+          ASSERT_EQ(got.size(), expected.size());
+          for (size_t i = 0; i < got.size(); ++i) {
+            EXPECT_TRUE(got[i] == expected[i]) << (i == 0 ? "prefill" : "decode step ") << i;
+          }
+          const LoaderStats s = engine->loader_stats();
+          if (std::string(budget.name) == "one block") EXPECT_EQ(s.resident_units, 1);
+          if (std::string(budget.name) == "0") EXPECT_EQ(s.resident_units, 0);
+          if (std::string(budget.name) == "whole") EXPECT_EQ(s.streamed_units, 0);
         }
-        const LoaderStats s = engine->loader_stats();
-        if (std::string(budget.name) == "one block") EXPECT_EQ(s.resident_units, 1);
-        if (std::string(budget.name) == "0") EXPECT_EQ(s.resident_units, 0);
-        if (std::string(budget.name) == "whole") EXPECT_EQ(s.streamed_units, 0);
       }
     }
   }
 }
 
 TEST(Streaming, EveryBackendModeAndBudgetIsBitIdentical_Stories260K) {
-  check_every_configuration(test::model_path("stories260K.gguf"),
+  check_every_configuration(file_bytes(test::model_path("stories260K.gguf")),
                             "Once upon a time, there was a little dog. He liked to run in the park.");
 }
 
 TEST(Streaming, EveryBackendModeAndBudgetIsBitIdentical_TinyStoriesQ8_0) {
-  check_every_configuration(test::model_path("TinyStories-656K/TinyStories-656K-Q8_0.gguf"),
+  check_every_configuration(file_bytes(test::model_path("TinyStories-656K/TinyStories-656K-Q8_0.gguf")),
                             "Once upon a time, there was a little dog. He liked to run in the park.");
+}
+
+// Q5_0 and Q5_1 matrices, which the loader may unpack: in a llama, in
+// phi3's fused tensors, and in gemma2's head tied to the token embeddings
+// (whose rows embed() then reads from the unpacked head).
+TEST(Streaming, EveryBackendModeAndBudgetIsBitIdentical_Q5Matrices) {
+  const std::string prompt = "Once upon a time, there was a little dog. He liked to run in the park.";
+  for (TensorType type : {TensorType::kQ5_0, TensorType::kQ5_1}) {
+    SCOPED_TRACE(tensor_type_name(static_cast<uint32_t>(type)));
+    check_every_configuration(test::random_llama_bytes("tiny", type), prompt);
+    check_every_configuration(test::random_family_writer("phi3", type).to_bytes(), prompt);
+    check_every_configuration(test::random_family_writer("gemma2", type).to_bytes(), prompt);
+  }
+}
+
+// Unpacked matrices take 34 or 36 bytes per 32 values instead of 22 or 24,
+// and the budget counts them so.
+TEST(Streaming, UnpackedQ5MatricesTakeTheirSizeFromTheBudget) {
+  const std::vector<uint8_t> bytes = test::random_llama_bytes("tiny", TensorType::kQ5_0);
+  uint64_t resident[2] = {0, 0};
+  for (bool unpack : {false, true}) {
+    EngineOptions options;
+    options.loader.unpack_5bit = unpack;
+    auto engine = Engine::open(make_memory_source(bytes), options);
+    engine->evaluate(engine->tokenize("Once upon a time"));
+    resident[unpack] = engine->loader_stats().resident_bytes;
+  }
+  auto source = make_memory_source(bytes);
+  uint64_t matrix_bytes = 0;
+  for (const GgufTensorInfo& t : GgufFile::parse(*source).tensors()) {
+    if (t.type == TensorType::kQ5_0) matrix_bytes += t.bytes;
+  }
+  ASSERT_GT(matrix_bytes, 0u);
+  EXPECT_GE(resident[1] - resident[0], matrix_bytes * 12 / 22);
+  // Each unpacked tensor's room is rounded up to the buffers' 64-byte alignment.
+  EXPECT_LE(resident[1] - resident[0], matrix_bytes * 12 / 22 + 64 * 100);
 }
 
 // One file of each family variant the forward pass has: biases (qwen2), Q/K
@@ -198,7 +240,7 @@ TEST(Streaming, EveryBackendModeAndBudgetIsBitIdentical_TinyStoriesQ8_0) {
 class FamilyStreaming : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FamilyStreaming, EveryBackendModeAndBudgetIsBitIdentical) {
-  check_every_configuration(std::string(SIPLLM_FIXTURES_DIR) + "/arch/" + GetParam() + ".gguf",
+  check_every_configuration(file_bytes(std::string(SIPLLM_FIXTURES_DIR) + "/arch/" + GetParam() + ".gguf"),
                             "Once upon a time, there was a little dog. He liked to run in the park.");
 }
 
