@@ -69,7 +69,7 @@ const char* const kUsage =
     "                      suffixes K, M, G (powers of 1024) are accepted\n"
     "  --prefill-chunk N   positions per layer sweep (default 512)\n"
     "  --unpack-5bit on|off  keep Q5_0 and Q5_1 matrices a value per byte: faster\n"
-    "                      kernels, 55% more memory for them (default on)\n"
+    "                      kernels, half as much memory again for them (default on)\n"
     "  --throttle-mbps X   imitate storage of X MB/s      --latency-ms Y  per read\n"
     "\n"
     "http (MODEL is a URL):\n"

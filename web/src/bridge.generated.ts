@@ -29,7 +29,7 @@ export interface EngineLoadOptions {
   prefillChunk?: number;
   /**
    * Keep Q5_0 and Q5_1 matrices (a Q4_K_M file has some) a value per byte:
-   * their kernels run about twice as fast, for 55% more memory in them.
+   * their kernels run about twice as fast, for half as much memory again.
    * Default true; false saves that memory. The output is the same.
    */
   unpack5bit?: boolean;
