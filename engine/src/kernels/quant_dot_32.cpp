@@ -201,44 +201,29 @@ struct Q5_1Format {
   }
 };
 
-// The unpacked forms: the values as they lie, one per byte.
-struct Q5_0UnpackedFormat {
-  static constexpr size_t kBytes = sizeof(BlockQ5_0Unpacked);
+// The unpacked forms of Q5_0 and Q5_1: the values as they lie, one per
+// byte, after the scale (and Q5_1's minimum, the next two bytes).
+template <typename Block, bool kMin>
+struct Q5UnpackedFormat {
+  static constexpr size_t kBytes = sizeof(Block);
   static constexpr bool kSignedBytes = false;
-  static constexpr bool kHasMin = false;
-  static constexpr int kOffset = 16;
+  static constexpr bool kHasMin = kMin;
+  static constexpr int kOffset = kMin ? 0 : 16;
   static uint16_t scale_bits(const uint8_t* b) { return simd::load_u16(b); }
-  static uint16_t min_bits(const uint8_t*) { return 0; }
+  static uint16_t min_bits(const uint8_t* b) { return kMin ? simd::load_u16(b + 2) : 0; }
   static void unpack_bytes(const uint8_t* b, v128_t u[2]) {
-    u[0] = simd::load(b + offsetof(BlockQ5_0Unpacked, q));
-    u[1] = simd::load(b + offsetof(BlockQ5_0Unpacked, q) + 16);
+    u[0] = simd::load(b + offsetof(Block, q));
+    u[1] = simd::load(b + offsetof(Block, q) + 16);
   }
-  static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ5_0Unpacked>(b).d); }
-  static float min_reference(const uint8_t*) { return 0.0f; }
+  static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<Block>(b).d); }
+  static float min_reference(const uint8_t* b) { return kMin ? fp16_to_float(simd::load_u16(b + 2)) : 0.0f; }
   static void unpack_reference(const uint8_t* b, int16_t q[kBlock]) {
-    const auto block = read_block<BlockQ5_0Unpacked>(b);
-    for (int j = 0; j < kBlock; ++j) q[j] = static_cast<int16_t>(block.q[j] - 16);
+    const auto block = read_block<Block>(b);
+    for (int j = 0; j < kBlock; ++j) q[j] = static_cast<int16_t>(block.q[j] - kOffset);
   }
 };
-
-struct Q5_1UnpackedFormat {
-  static constexpr size_t kBytes = sizeof(BlockQ5_1Unpacked);
-  static constexpr bool kSignedBytes = false;
-  static constexpr bool kHasMin = true;
-  static constexpr int kOffset = 0;
-  static uint16_t scale_bits(const uint8_t* b) { return simd::load_u16(b); }
-  static uint16_t min_bits(const uint8_t* b) { return simd::load_u16(b + offsetof(BlockQ5_1Unpacked, m)); }
-  static void unpack_bytes(const uint8_t* b, v128_t u[2]) {
-    u[0] = simd::load(b + offsetof(BlockQ5_1Unpacked, q));
-    u[1] = simd::load(b + offsetof(BlockQ5_1Unpacked, q) + 16);
-  }
-  static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ5_1Unpacked>(b).d); }
-  static float min_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ5_1Unpacked>(b).m); }
-  static void unpack_reference(const uint8_t* b, int16_t q[kBlock]) {
-    const auto block = read_block<BlockQ5_1Unpacked>(b);
-    for (int j = 0; j < kBlock; ++j) q[j] = block.q[j];
-  }
-};
+using Q5_0UnpackedFormat = Q5UnpackedFormat<BlockQ5_0Unpacked, false>;
+using Q5_1UnpackedFormat = Q5UnpackedFormat<BlockQ5_1Unpacked, true>;
 
 // ---- The SIMD kernel ---------------------------------------------------------
 

@@ -127,6 +127,9 @@ struct BlockQ5_1Unpacked {
   uint8_t q[kQK5_1];
 };
 static_assert(sizeof(BlockQ5_1Unpacked) == 36, "Q5_1 unpacked block is 36 bytes");
+static_assert(offsetof(BlockQ5_0Unpacked, q) == 2 && offsetof(BlockQ5_1Unpacked, m) == 2 &&
+                  offsetof(BlockQ5_1Unpacked, q) == 4,
+              "Q5_0 and Q5_1 unpacked layouts");
 
 // ---- K-quants: super-blocks of 256 elements --------------------------------
 
