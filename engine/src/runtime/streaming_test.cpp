@@ -223,8 +223,9 @@ TEST(Streaming, UnpackedQ5MatricesTakeTheirSizeFromTheBudget) {
     resident[unpack] = engine->loader_stats().resident_bytes;
   }
   auto source = make_memory_source(bytes);
+  const GgufFile file = GgufFile::parse(*source);
   uint64_t matrix_bytes = 0;
-  for (const GgufTensorInfo& t : GgufFile::parse(*source).tensors()) {
+  for (const GgufTensorInfo& t : file.tensors()) {
     if (t.type == TensorType::kQ5_0) matrix_bytes += t.bytes;
   }
   ASSERT_GT(matrix_bytes, 0u);
