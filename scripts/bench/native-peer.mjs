@@ -26,6 +26,8 @@ import { cpus } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
+import { nativeBenchFigures } from './support.mjs';
+
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const PEER_VERSION = '3.22.1';
 
@@ -52,26 +54,6 @@ function parse(argv) {
 }
 
 const cli = process.env.SIPLLM_CLI ?? join(repoRoot, 'build/native/engine/sipllm');
-
-function sipllmFigures(model, threads, o) {
-  let best = { prefill: 0, firstPrefill: 0, decode: 0, decodeGBps: 0, readGBps: 0 };
-  for (let run = 0; run < o.runs; ++run) {
-    const out = execFileSync(cli, ['bench', '-m', model, '--threads', String(threads), '--prompt-tokens',
-      String(o.promptTokens), '--gen-tokens', String(o.genTokens)], { encoding: 'utf8' });
-    const firstPrefill = Number(/^prefill +([0-9.]+) tokens\/s/m.exec(out)?.[1] ?? 0);
-    const prefill = Number(/^prefill again +([0-9.]+) tokens\/s/m.exec(out)?.[1] ?? 0);
-    const decode = Number(/^decode +([0-9.]+) tokens\/s/m.exec(out)?.[1] ?? 0);
-    const gbps = /^weight bandwidth .*read in decode: ([0-9.]+) GB\/s, .*read probe's ([0-9.]+) GB\/s/m.exec(out);
-    best = {
-      prefill: Math.max(best.prefill, prefill),
-      firstPrefill: Math.max(best.firstPrefill, firstPrefill),
-      decode: Math.max(best.decode, decode),
-      decodeGBps: Math.max(best.decodeGBps, Number(gbps?.[1] ?? 0)),
-      readGBps: Math.max(best.readGBps, Number(gbps?.[2] ?? 0)),
-    };
-  }
-  return best;
-}
 
 async function loadPeer() {
   const dir = join(repoRoot, 'build/bench/peer');
@@ -127,7 +109,7 @@ async function main() {
       if (!existsSync(model)) throw new Error(`${model} is missing: run npm run bench -- --models ${shape} --types ${type} first`);
       for (const threads of o.threads) {
         const row = { shape, type, threads };
-        if (o.engines.includes('sipllm')) row.sipllm = sipllmFigures(model, threads, o);
+        if (o.engines.includes('sipllm')) row.sipllm = nativeBenchFigures(cli, model, { ...o, threads });
         if (llama) row.llamaCpp = await llamaCppFigures(llama, model, threads, o);
         rows.push(row);
         console.error(JSON.stringify(row));

@@ -49,7 +49,10 @@
 //      Chromium's network service and the model server (this process) used.
 //      With --cold-runs N, SipLLM's runs are repeated N times per row, each
 //      in a fresh browser, and the one with the median cold TTFT is reported.
-//   5. Prints the table (Markdown) with SipLLM ÷ wllama ratios against the
+//   5. After the browser runs, SipLLM's native build on the same files and
+//      thread counts (`sipllm bench`, best of --warm-runs runs), so that the
+//      WebAssembly penalty is in the same report (--no-native skips it).
+//   6. Prints the tables (Markdown) with SipLLM ÷ wllama ratios against the
 //      targets, and writes every figure to build/bench/results-*.json.
 //
 // Needs: web/wasm (scripts/build-wasm.sh; --build runs it; --wasm-dir takes
@@ -67,7 +70,8 @@ import { chromium } from 'playwright-core';
 import { startRangeServer } from '../range-server.mjs';
 import { readVocab } from './gguf-vocab.mjs';
 import {
-  CHROMIUM_ARGS, browserProcesses, cpuSample, fitPrompt, fmt, rendererMemoryBytes, repoRoot, run, withTimeout,
+  CHROMIUM_ARGS, browserProcesses, cpuSample, fitPrompt, fmt, nativeBenchFigures, rendererMemoryBytes, repoRoot, run,
+  withTimeout,
 } from './support.mjs';
 
 const SHAPES = ['smollm-135m', 'qwen2.5-0.5b', 'qwen3-0.6b', 'gemma3-1b', 'llama-3.2-1b'];
@@ -96,6 +100,8 @@ workload:
                        (default 2; 0 with --mbps)
   --context N          context length given to both engines (default 512)
   --seed N             sampling seed (default 1; greedy sampling ignores it)
+  --no-native          skip SipLLM's native figures on the same files (run
+                       after the browser's, with the native CLI's bench)
 
 network:
   --mbps X             cap the model server at X MB/s (1 MB = 1e6 bytes): adds
@@ -141,7 +147,7 @@ function parseOptions(argv) {
     defaultVocab: join(repoRoot, 'build/native/tests/fixtures/models/llama.cpp-vocab/ggml-vocab-llama-spm.gguf'),
     cli: process.env.SIPLLM_CLI ?? join(repoRoot, 'build/native/engine/sipllm'),
     chromium: process.env.CHROMIUM ?? '/usr/bin/chromium',
-    timeoutS: 1200, json: null, verbose: false, browserArgs: [],
+    timeoutS: 1200, json: null, verbose: false, browserArgs: [], native: true,
   };
   const list = (flag, value, allowed) => {
     const items = value.split(',').map((s) => s.trim()).filter(Boolean);
@@ -178,6 +184,7 @@ function parseOptions(argv) {
       case '--warm-runs': o.warmRuns = count(flag, value(), 0); break;
       case '--context': o.context = count(flag, value(), 16); break;
       case '--seed': o.seed = count(flag, value(), 0); break;
+      case '--no-native': o.native = false; break;
       case '--mbps': {
         const v = value();
         o.mbps = Number(v);
@@ -628,6 +635,26 @@ function printTables(o, rows, meta) {
   out.push(`Targets: ${verdict('decode', `decode ≥ ${TARGETS.decode}×`)}; ${verdict('prefill', `prefill ≥ ${TARGETS.prefill}×`)}; ` +
            `${verdict('coldTtft', `cold TTFT ≤ ${TARGETS.coldTtft}× wllama's`)}.`);
 
+  const natives = rows.filter((row) => row.native);
+  if (natives.length > 0) {
+    out.push('');
+    out.push(`SipLLM in ${meta.browser} against its native build on the same files and threads: the WebAssembly ` +
+             'penalty. Native: `sipllm bench` of build/native (Release; SIMDe over the host\'s SSE/AVX), ' +
+             `${o.promptTokens}-token prompt, ${o.genTokens} greedy tokens, best of ${Math.max(1, o.warmRuns)}; ` +
+             'its prefill with the weights already in memory, as a warm browser run has them.');
+    out.push('');
+    out.push('| model | type | thr | prefill tok/s browser / native | × | decode tok/s browser / native | × |');
+    out.push('|---|---|--:|--:|--:|--:|--:|');
+    for (const row of natives) {
+      const s = row.s && !row.s.error ? row.s : {};
+      const n = row.native.error ? {} : row.native;
+      const nativeCell = (v) => (row.native.error ? 'error' : tokS(v));
+      out.push(`| ${row.model.shape} | ${row.model.type} | ${row.threads} | ${tokS(s.prefillTokS)} / ${nativeCell(n.prefill)} | ` +
+               `${fmt(ratio(s.prefillTokS, n.prefill), 2)} | ${tokS(s.decodeTokS)} / ${nativeCell(n.decode)} | ` +
+               `${fmt(ratio(s.decodeTokS, n.decode), 2)} |`);
+    }
+  }
+
   if (o.mbps > 0) {
     out.push('');
     out.push(`Cold time to first token behind a ${o.mbps} MB/s link, against the pure transfer time of the file ` +
@@ -828,6 +855,22 @@ async function main() {
     await pageServer.close();
     await modelServer.close();
   }
+  // SipLLM's native build on the same files and threads, once the browser
+  // is gone (never beside it: two cores).
+  if (o.native && o.engines.includes('sipllm')) {
+    for (const row of rows) {
+      process.stdout.write(`${row.model.shape} ${row.model.type} ${row.threads}t sipllm native: `);
+      try {
+        row.native = nativeBenchFigures(o.cli, row.model.path, {
+          threads: row.threads, promptTokens: o.promptTokens, genTokens: o.genTokens, runs: Math.max(1, o.warmRuns),
+        });
+        console.log(`prefill ${tokS(row.native.prefill)} tok/s, decode ${tokS(row.native.decode)} tok/s`);
+      } catch (error) {
+        row.native = { error: error.message.split('\n')[0] };
+        console.log(`error: ${row.native.error}`);
+      }
+    }
+  }
 
   const table = printTables(o, rows, meta);
   const jsonPath = o.json ?? join(repoRoot, 'build/bench', `results-${meta.date.replace(/[:.]/g, '-')}.json`);
@@ -841,7 +884,7 @@ async function main() {
     table,
     rows: rows.map((r) => ({
       model: { shape: r.model.shape, type: r.model.type, file: r.model.file, bytes: r.model.bytes, vocab: r.model.vocab },
-      threads: r.threads, sipllm: r.s, wllama: r.w, coldTtftRuns: r.coldTtftRuns ?? null,
+      threads: r.threads, sipllm: r.s, wllama: r.w, sipllmNative: r.native ?? null, coldTtftRuns: r.coldTtftRuns ?? null,
       coldBreakdown: r.coldBreakdown ?? null, download: r.download ?? null, raw: r.raw,
     })),
     prompt: models[0]?.prompt,

@@ -1,6 +1,6 @@
-// What the benchmarks share (run.mjs, large-model.mjs): running the native
-// CLI, fitting a prompt to a token count, and watching the browser's
-// processes through /proc.
+// What the benchmarks share (run.mjs, large-model.mjs, native-peer.mjs):
+// running the native CLI and reading its benchmark's figures, fitting a
+// prompt to a token count, and watching the browser's processes through /proc.
 import { execFileSync } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
@@ -18,6 +18,31 @@ export function run(command, args, what) {
   } catch (error) {
     throw new Error(`${what} failed (${error.message.split('\n')[0]})`);
   }
+}
+
+// The native engine's figures on `model` from `sipllm bench`, best of `runs`:
+// prefill with the weights already in memory ("prefill again", as a warm
+// run in the browser and llama.cpp's mapped file have them), the first
+// prefill (which reads them as it goes), decode, and decode's weight bytes
+// per second against the read probe's.
+export function nativeBenchFigures(cli, model, { threads, promptTokens, genTokens, runs }) {
+  let best = { prefill: 0, firstPrefill: 0, decode: 0, decodeGBps: 0, readGBps: 0 };
+  for (let k = 0; k < runs; ++k) {
+    const out = execFileSync(cli, ['bench', '-m', model, '--threads', String(threads), '--prompt-tokens',
+      String(promptTokens), '--gen-tokens', String(genTokens)], { encoding: 'utf8' });
+    const firstPrefill = Number(/^prefill +([0-9.]+) tokens\/s/m.exec(out)?.[1] ?? 0);
+    const prefill = Number(/^prefill again +([0-9.]+) tokens\/s/m.exec(out)?.[1] ?? 0);
+    const decode = Number(/^decode +([0-9.]+) tokens\/s/m.exec(out)?.[1] ?? 0);
+    const gbps = /^weight bandwidth .*read in decode: ([0-9.]+) GB\/s, .*read probe's ([0-9.]+) GB\/s/m.exec(out);
+    best = {
+      prefill: Math.max(best.prefill, prefill),
+      firstPrefill: Math.max(best.firstPrefill, firstPrefill),
+      decode: Math.max(best.decode, decode),
+      decodeGBps: Math.max(best.decodeGBps, Number(gbps?.[1] ?? 0)),
+      readGBps: Math.max(best.readGBps, Number(gbps?.[2] ?? 0)),
+    };
+  }
+  return best;
 }
 
 // Plain text (no digits, no punctuation runs) that tokenizes alike everywhere.
