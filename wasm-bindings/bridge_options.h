@@ -83,9 +83,10 @@ inline constexpr std::span<const std::string_view> kNoChoices{};
   X(prefillChunk, kInteger, kAny, kPublic, kNoChoices, engine.prefill_chunk,                                       \
     "Prompt positions per block load; default 512.")                                                              \
   X(unpack5bit, kBoolean, kAny, kPublic, kNoChoices, engine.loader.unpack_5bit,                                    \
-    "Keep Q5_0 and Q5_1 matrices (a Q4_K_M file has some) a value per byte:\n"                                     \
-    "their kernels run about twice as fast, for half as much memory again.\n"                                      \
-    "Default true; false saves that memory. The output is the same.")                                              \
+    "Keep Q5_0 and Q5_1 matrices (a Q4_K_M file has some) a value per byte\n"                                      \
+    "when the memory budget holds the whole model so: their kernels run\n"                                         \
+    "about twice as fast, for half as much memory again. Default true; false\n"                                    \
+    "saves that memory. The output is the same.")                                                                  \
   X(parallelRequests, kInteger, kNonNegative, kPublic, kNoChoices, http.parallel_requests,                         \
     "Range requests in flight for one read; default 4 (1 in the single build).")                                   \
   X(maxRetries, kInteger, kAny, kPublic, kNoChoices, http.max_retries,                                             \

@@ -80,6 +80,7 @@ struct ResultSpec {
   X(residentUnits, kNumber, resident_units, "", "")                                                     \
   X(streamedUnits, kNumber, streamed_units, "", "")                                                     \
   X(loadThreads, kNumber, load_threads, "", "Units loaded side by side (0: the sync loader).")          \
+  X(unpacked5bit, kBoolean, unpacked_5bit, "", "Q5_0 and Q5_1 matrices kept a value per byte.")        \
   X(units, kNested, units, "UnitCounters[]", "")                                                        \
   X(timeline, kNested, timeline, "UnitEvent[]", "")                                                    \
   X(timelineOriginMs, kNumber, timeline_origin_ms, "", "The timeline's 0 in ms since the Unix epoch.")

@@ -316,7 +316,7 @@ int run_bench(const CommonOptions& common, const BenchOptions& bench) {
                 common.engine.layer_major_prefill ? "layer-major" : "per-token",
                 common.engine.prefill_chunk,
                 common.engine.threads > 0 ? common.engine.threads : static_cast<int>(std::thread::hardware_concurrency()),
-                l.unpack_5bit ? ", Q5_0/Q5_1 unpacked" : "");
+                engine->loader_stats().unpacked_5bit ? ", Q5_0/Q5_1 unpacked" : "");
     if (common.throttle.bandwidth_mb_per_s > 0 || common.throttle.latency_ms > 0) {
       std::printf("throttle  %.1f MB/s, %.1f ms latency per read\n", common.throttle.bandwidth_mb_per_s,
                   common.throttle.latency_ms);

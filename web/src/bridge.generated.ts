@@ -28,9 +28,10 @@ export interface EngineLoadOptions {
   /** Prompt positions per block load; default 512. */
   prefillChunk?: number;
   /**
-   * Keep Q5_0 and Q5_1 matrices (a Q4_K_M file has some) a value per byte:
-   * their kernels run about twice as fast, for half as much memory again.
-   * Default true; false saves that memory. The output is the same.
+   * Keep Q5_0 and Q5_1 matrices (a Q4_K_M file has some) a value per byte
+   * when the memory budget holds the whole model so: their kernels run
+   * about twice as fast, for half as much memory again. Default true; false
+   * saves that memory. The output is the same.
    */
   unpack5bit?: boolean;
   /** Range requests in flight for one read; default 4 (1 in the single build). */
@@ -198,6 +199,8 @@ export interface LoaderStats {
   streamedUnits: number;
   /** Units loaded side by side (0: the sync loader). */
   loadThreads: number;
+  /** Q5_0 and Q5_1 matrices kept a value per byte. */
+  unpacked5bit: boolean;
   units: UnitCounters[];
   timeline: UnitEvent[];
   /** The timeline's 0 in ms since the Unix epoch. */

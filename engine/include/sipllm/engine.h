@@ -57,12 +57,13 @@ struct LoaderOptions {
   // otherwise loading starts with the first request (or warm_up).
   bool prefetch_on_open = false;
   // Q5_0 and Q5_1 matrices (a Q4_K_M file has some) kept with each 5-bit
-  // value in a byte of its own: 34 or 36 bytes per 32 values instead of 22
-  // or 24, counted in the budget. Their kernels then skip spreading the
-  // fifth bits, which cost more than the dot products: about twice as fast
-  // in WebAssembly, and faster natively too, where the extra bytes cost less
-  // than the work saved. false saves that memory. The output is the same
-  // either way.
+  // value in a byte of its own, 34 or 36 bytes per 32 values instead of 22
+  // or 24, when the memory budget holds the whole model so (a streamed unit
+  // would pay the unpacking on every pass, more than its kernels save).
+  // Their kernels then skip spreading the fifth bits, which cost more than
+  // the dot products: about twice as fast in WebAssembly, and faster
+  // natively too, where the extra bytes cost less than the work saved.
+  // false saves that memory. The output is the same either way.
   bool unpack_5bit = true;
 };
 
@@ -188,6 +189,7 @@ struct LoaderStats {
   int resident_units = 0;
   int streamed_units = 0;
   int load_threads = 0;  // units loaded side by side (0 in sync mode)
+  bool unpacked_5bit = false;  // Q5_0 and Q5_1 matrices kept unpacked (LoaderOptions::unpack_5bit)
   std::vector<UnitCounters> units;
   std::vector<UnitEvent> timeline;  // since the last reset_counters()
   // The timeline's 0 (the loader's start) in ms since the Unix epoch, to line

@@ -531,6 +531,28 @@ INSTANTIATE_TEST_SUITE_P(Types, MatmulKernelTest, ::testing::ValuesIn(kernel_typ
                            return name;
                          });
 
+// The loader's SIMD unpacking writes the reference's bytes, out of place and
+// in place (the packed blocks at the end of the room), for every bit pattern.
+TEST(KernelsMatmul, SimdUnpackingMatchesTheReference) {
+  std::mt19937 rng(29);
+  for (const TensorType packed : {TensorType::kQ5_0, TensorType::kQ5_1}) {
+    const size_t packed_bytes = tensor_type_traits(packed).block_bytes;
+    const size_t unpacked_bytes = tensor_type_traits(unpacked_type(packed)).block_bytes;
+    for (size_t n : {1, 31, 32, 33, 100}) {
+      std::vector<uint8_t> raw(n * packed_bytes);
+      for (uint8_t& b : raw) b = static_cast<uint8_t>(rng());
+      std::vector<uint8_t> expected(n * unpacked_bytes), got(expected.size());
+      unpack_5bit_blocks(packed, raw.data(), expected.data(), n);
+      unpack_5bit_blocks_simd(packed, raw.data(), got.data(), n);
+      EXPECT_EQ(got, expected) << type_name(packed) << ", " << n << " blocks";
+      std::vector<uint8_t> room(expected.size());
+      std::copy(raw.begin(), raw.end(), room.end() - static_cast<long>(raw.size()));
+      unpack_5bit_blocks_simd(packed, room.data() + room.size() - raw.size(), room.data(), n);
+      EXPECT_EQ(room, expected) << type_name(packed) << ", " << n << " blocks in place";
+    }
+  }
+}
+
 // The unpacked forms give the packed forms' results bit for bit: the same
 // integer sums, the same float operations.
 TEST(KernelsMatmul, UnpackedQ5MatricesGiveThePackedResults) {

@@ -77,4 +77,9 @@ void dequantize_matrix_row(const WeightMatrix& w, int row, float* out);
 // of four in a tiled matrix, as matmul() splits them.
 WeightMatrix tile_rows(const WeightMatrix& w, uint8_t* bytes);
 
+// unpack_5bit_blocks (tensor_type.h, the reference) with the kernels' SIMD
+// unpacking: the same bytes, in place under the same condition. What the
+// loader runs on every unit it unpacks.
+void unpack_5bit_blocks_simd(TensorType type, const uint8_t* src, uint8_t* dst, size_t n_blocks);
+
 }  // namespace sipllm

@@ -14,6 +14,7 @@
 //   acc += (float)isum * (d_w * d_x) + m_w * (d_x * sum_x) (Q4_1, Q5_1)
 // Four rows share a tile, one per lane; a few positions share each unpacked
 // block. The references compute exactly this, one element at a time.
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstring>
@@ -225,6 +226,28 @@ struct Q5UnpackedFormat {
 using Q5_0UnpackedFormat = Q5UnpackedFormat<BlockQ5_0Unpacked, false>;
 using Q5_1UnpackedFormat = Q5UnpackedFormat<BlockQ5_1Unpacked, true>;
 
+// Q5_0 or Q5_1 blocks unpacked with the kernels' own unpacking, a chunk of
+// blocks at a time through a copy, so that in place works as
+// unpack_5bit_blocks (the reference) promises.
+template <class Packed, class Unpacked, class F>
+void unpack_blocks(const uint8_t* src, uint8_t* dst, size_t n_blocks) {
+  constexpr size_t kChunk = 32;
+  uint8_t chunk[kChunk * sizeof(Packed)];
+  for (size_t first = 0; first < n_blocks; first += kChunk) {
+    const size_t n = std::min(kChunk, n_blocks - first);
+    std::memcpy(chunk, src + first * sizeof(Packed), n * sizeof(Packed));
+    for (size_t i = 0; i < n; ++i) {
+      const uint8_t* block = chunk + i * sizeof(Packed);
+      uint8_t* out = dst + (first + i) * sizeof(Unpacked);
+      v128_t u[2];
+      F::unpack_bytes(block, u);
+      std::memcpy(out, block, offsetof(Packed, qh));  // the scale, and the minimum if any
+      simd::store(out + offsetof(Unpacked, q), u[0]);
+      simd::store(out + offsetof(Unpacked, q) + 16, u[1]);
+    }
+  }
+}
+
 // ---- The SIMD kernel ---------------------------------------------------------
 
 // acc[j] lane i = row i's dot product with position p0 + j.
@@ -356,6 +379,12 @@ void rows_reference(const WeightMatrix& w, int row_begin, int row_end, const Act
 }
 
 }  // namespace
+
+void unpack_5bit_blocks_simd(TensorType type, const uint8_t* src, uint8_t* dst, size_t n_blocks) {
+  if (type == TensorType::kQ5_0) return unpack_blocks<BlockQ5_0, BlockQ5_0Unpacked, Q5_0Format>(src, dst, n_blocks);
+  if (type == TensorType::kQ5_1) return unpack_blocks<BlockQ5_1, BlockQ5_1Unpacked, Q5_1Format>(src, dst, n_blocks);
+  unpack_5bit_blocks(type, src, dst, n_blocks);  // which names the type it cannot unpack
+}
 
 const MatmulKernel kMatmulQ8_0{ActivationFormat::kQ8_0, rows_simd<Q8_0Format>, rows_reference<Q8_0Format>};
 const MatmulKernel kMatmulQ4_0{ActivationFormat::kQ8_0, rows_simd<Q4_0Format>, rows_reference<Q4_0Format>};

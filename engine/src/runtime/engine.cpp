@@ -305,7 +305,7 @@ class EngineImpl final : public Engine {
     // Already ended when a request came right behind the load: no work is built.
     const auto stop = [&] { return cancelled_ || warm_up_ended_ || ms_since(start) >= milliseconds; };
     if (!stop()) {
-      KernelWarmUp work(model_, options_.kv_cache_type, options_.loader.unpack_5bit);
+      KernelWarmUp work(model_, options_.kv_cache_type, loader_.unpacks_5bit());
       // On this thread alone: the code it optimises is shared by every thread,
       // and the other cores stay free for the download it overlaps.
       ThreadPool one_thread(1);
@@ -347,7 +347,7 @@ class EngineImpl final : public Engine {
     constexpr int kMinOverlapChunk = 64;
     const uint64_t budget = options.loader.memory_budget;
     if (budget == kUnlimitedBudget || budget == 0) return options.prefill_chunk;
-    const uint64_t largest = LayerLoader::largest_unit_bytes(model, options.loader);
+    const uint64_t largest = LayerLoader::largest_unit_bytes(model);
     const auto fits = [&](int chunk, int buffers) {
       return working_bytes(model, options, chunk, threads) + static_cast<uint64_t>(buffers) * largest <= budget;
     };

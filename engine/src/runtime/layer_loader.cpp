@@ -128,11 +128,9 @@ LayerLoader::UnitPlan LayerLoader::plan_unit(const ModelDescription& model, int 
   return plan;
 }
 
-size_t LayerLoader::largest_unit_bytes(const ModelDescription& model, const LoaderOptions& options) {
+size_t LayerLoader::largest_unit_bytes(const ModelDescription& model) {
   size_t largest = 0;
-  for (int u = 0; u < model.n_units(); ++u) {
-    largest = std::max(largest, plan_unit(model, u, options.unpack_5bit).buffer_bytes);
-  }
+  for (int u = 0; u < model.n_units(); ++u) largest = std::max(largest, plan_unit(model, u, false).buffer_bytes);
   return largest;
 }
 
@@ -282,7 +280,6 @@ LayerLoader::LayerLoader(WeightSource& source, const ModelDescription& model,
       budget_(options.memory_budget),
       reserved_(working_bytes),
       read_chunk_bytes_(std::max<size_t>(options.read_chunk_bytes, 1 << 16)),
-      unpack_5bit_(options.unpack_5bit),
       epoch_(std::chrono::steady_clock::now()) {
   stats_.timeline_origin_ms = wall_clock_ms();
   if (options.n_buffers < 1) {
@@ -292,7 +289,22 @@ LayerLoader::LayerLoader(WeightSource& source, const ModelDescription& model,
     throw Error(ErrorKind::kInvalidArgument,
                 "load_threads must be 0 (as the source prefers) or more, not " + std::to_string(options.load_threads));
   }
-  for (int u = 0; u < model_.n_units(); ++u) plans_.push_back(plan_unit(model_, u, unpack_5bit_));
+  for (int u = 0; u < model_.n_units(); ++u) plans_.push_back(plan_unit(model_, u, false));
+  // Unpacked only when the budget holds every unit so: a streamed unit
+  // would pay the unpacking on every pass, more than its kernels save.
+  if (options.unpack_5bit) {
+    std::vector<UnitPlan> unpacked;
+    uint64_t everything = model_.tied_output ? 0 : model_.token_embd->bytes;
+    for (int u = 0; u < model_.n_units(); ++u) {
+      unpacked.push_back(plan_unit(model_, u, true));
+      everything += unpacked.back().buffer_bytes;
+    }
+    if (budget_ == kUnlimitedBudget || (budget_ != 0 && budget_ >= reserved_ + everything)) {
+      plans_ = std::move(unpacked);
+      unpack_5bit_ = true;
+      stats_.unpacked_5bit = true;
+    }
+  }
   choose_residency(options);
 
   resident_.resize(plans_.size());
@@ -395,8 +407,8 @@ void LayerLoader::load_into(int unit, Slot& slot) {
     const TensorType type = slice.tensor->type;
     if (prepared_type(slice, unpack_5bit_) != type) {
       const uint64_t elements = slice.rows * slice.tensor->row_length();
-      unpack_5bit_blocks(type, from, to, static_cast<size_t>(elements / tensor_type_traits(type).block_elements));
-    } else {
+      unpack_5bit_blocks_simd(type, from, to, static_cast<size_t>(elements / tensor_type_traits(type).block_elements));
+    } else if (to != from) {  // those after the last unpacked one are in place
       std::memmove(to, from, static_cast<size_t>(slice.bytes()));
     }
   }
@@ -843,6 +855,7 @@ void LayerLoader::reset_counters() {
   fresh.resident_units = stats_.resident_units;
   fresh.streamed_units = stats_.streamed_units;
   fresh.load_threads = stats_.load_threads;
+  fresh.unpacked_5bit = stats_.unpacked_5bit;
   fresh.units = stats_.units;
   fresh.timeline_origin_ms = stats_.timeline_origin_ms;
   for (UnitCounters& c : fresh.units) {

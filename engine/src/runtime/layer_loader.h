@@ -50,8 +50,12 @@ class LayerLoader {
   LayerLoader& operator=(const LayerLoader&) = delete;
 
   int n_units() const { return static_cast<int>(plans_.size()); }
-  // The memory one buffer of the ring takes for `model`: its largest unit.
-  static size_t largest_unit_bytes(const ModelDescription& model, const LoaderOptions& options);
+  // The memory one buffer of the ring takes for `model`: its largest unit
+  // (as the file has it: a model that streams is not unpacked).
+  static size_t largest_unit_bytes(const ModelDescription& model);
+  // Whether Q5_0 and Q5_1 matrices are kept unpacked (LoaderOptions::unpack_5bit):
+  // asked for, and the memory budget holds every unit so.
+  bool unpacks_5bit() const { return unpack_5bit_; }
   bool is_resident(int unit) const { return plans_[static_cast<size_t>(unit)].resident; }
 
   // Takes `bytes` more of the memory budget for working memory (the KV cache
@@ -163,7 +167,7 @@ class LayerLoader {
   uint64_t reserved_;            // working memory claimed within the budget
   size_t largest_unit_ = 0;
   const size_t read_chunk_bytes_;
-  const bool unpack_5bit_;  // LoaderOptions::unpack_5bit
+  bool unpack_5bit_ = false;  // LoaderOptions::unpack_5bit, and the budget holds the model so
   std::vector<UnitPlan> plans_;
   std::vector<std::unique_ptr<Slot>> resident_;  // per unit; null when streamed
   std::vector<std::unique_ptr<Slot>> ring_;

@@ -124,8 +124,9 @@ uint64_t sum_unit_bytes(const LoaderStats& s) {
   return total;
 }
 
-// Every backend, loader mode and budget, with Q5_0 and Q5_1 matrices packed
-// and unpacked (LoaderOptions::unpack_5bit), against a plain sync run.
+// Every backend, loader mode and budget, with LoaderOptions::unpack_5bit off
+// and on (Q5_0 and Q5_1 matrices unpacked where the budget holds the whole
+// model so), against a plain sync run.
 void check_every_configuration(const std::vector<uint8_t>& bytes, const std::string& prompt_text) {
   const TempFile file(bytes);
 
@@ -211,17 +212,22 @@ TEST(Streaming, EveryBackendModeAndBudgetIsBitIdentical_Q5Matrices) {
 }
 
 // Unpacked matrices take 34 or 36 bytes per 32 values instead of 22 or 24,
-// and the budget counts them so.
-TEST(Streaming, UnpackedQ5MatricesTakeTheirSizeFromTheBudget) {
+// and the budget counts them so; they are unpacked only when the budget
+// holds the whole model unpacked (a streamed unit would unpack on every pass).
+TEST(Streaming, Q5MatricesAreUnpackedWhenTheBudgetHoldsThemSo) {
   const std::vector<uint8_t> bytes = test::random_llama_bytes("tiny", TensorType::kQ5_0);
-  uint64_t resident[2] = {0, 0};
-  for (bool unpack : {false, true}) {
+  const auto run = [&](bool unpack, uint64_t budget) {
     EngineOptions options;
     options.loader.unpack_5bit = unpack;
+    options.loader.memory_budget = budget;
     auto engine = Engine::open(make_memory_source(bytes), options);
     engine->evaluate(engine->tokenize("Once upon a time"));
-    resident[unpack] = engine->loader_stats().resident_bytes;
-  }
+    return engine->loader_stats();
+  };
+  const LoaderStats packed = run(false, kUnlimitedBudget);
+  const LoaderStats unpacked = run(true, kUnlimitedBudget);
+  EXPECT_FALSE(packed.unpacked_5bit);
+  EXPECT_TRUE(unpacked.unpacked_5bit);
   auto source = make_memory_source(bytes);
   const GgufFile file = GgufFile::parse(*source);
   uint64_t matrix_bytes = 0;
@@ -229,9 +235,21 @@ TEST(Streaming, UnpackedQ5MatricesTakeTheirSizeFromTheBudget) {
     if (t.type == TensorType::kQ5_0) matrix_bytes += t.bytes;
   }
   ASSERT_GT(matrix_bytes, 0u);
-  EXPECT_GE(resident[1] - resident[0], matrix_bytes * 12 / 22);
+  const uint64_t growth = unpacked.resident_bytes - packed.resident_bytes;
+  EXPECT_GE(growth, matrix_bytes * 12 / 22);
   // Each unpacked tensor's room is rounded up to the buffers' 64-byte alignment.
-  EXPECT_LE(resident[1] - resident[0], matrix_bytes * 12 / 22 + 64 * 100);
+  EXPECT_LE(growth, matrix_bytes * 12 / 22 + 64 * 100);
+
+  // A budget that holds the model packed, not unpacked: packed, all resident.
+  const uint64_t fits_packed = packed.working_bytes + packed.resident_bytes + growth / 2;
+  const LoaderStats tight = run(true, fits_packed);
+  EXPECT_FALSE(tight.unpacked_5bit);
+  EXPECT_EQ(tight.streamed_units, 0);
+  EXPECT_EQ(tight.resident_bytes, packed.resident_bytes);
+  // One that holds it unpacked: unpacked.
+  EXPECT_TRUE(run(true, unpacked.working_bytes + unpacked.resident_bytes + 4096).unpacked_5bit);
+  // Streaming: packed.
+  EXPECT_FALSE(run(true, 0).unpacked_5bit);
 }
 
 // One file of each family variant the forward pass has: biases (qwen2), Q/K
