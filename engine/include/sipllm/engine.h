@@ -189,7 +189,7 @@ struct LoaderStats {
   int resident_units = 0;
   int streamed_units = 0;
   int load_threads = 0;  // units loaded side by side (0 in sync mode)
-  bool unpacked_5bit = false;  // Q5_0 and Q5_1 matrices kept unpacked (LoaderOptions::unpack_5bit)
+  bool unpacked_5bit = false;  // Q5_0, Q5_1 kept unpacked: asked for, and the budget holds the model so
   std::vector<UnitCounters> units;
   std::vector<UnitEvent> timeline;  // since the last reset_counters()
   // The timeline's 0 (the loader's start) in ms since the Unix epoch, to line

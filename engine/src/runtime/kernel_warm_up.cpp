@@ -21,7 +21,7 @@ KernelWarmUp::KernelWarmUp(const ModelDescription& model, KvCacheType kv_cache_t
     for (const TensorSlice& slice : unit.tensors) {
       const GgufTensorInfo* t = slice.tensor;
       if (slice.spec->is_vector() || find_matmul_kernel(t->type) == nullptr) continue;
-      // In the type the loader keeps it in (LoaderOptions::unpack_5bit).
+      // In the type the loader keeps it in.
       shapes.emplace(unpack_5bit ? unpacked_type(t->type) : t->type, static_cast<int>(t->row_length()));
     }
   }

@@ -28,7 +28,8 @@ class KernelWarmUp {
   static constexpr int kPositions = 64;
   static constexpr int kRows = 64;
 
-  // unpack_5bit: as LoaderOptions::unpack_5bit.
+  // unpack_5bit: whether the loader keeps Q5_0 and Q5_1 unpacked
+  // (LayerLoader::unpacks_5bit).
   KernelWarmUp(const ModelDescription& model, KvCacheType kv_cache_type, bool unpack_5bit);
 
   // One pass over everything, a few milliseconds once the code is optimized

@@ -134,17 +134,18 @@ size_t LayerLoader::largest_unit_bytes(const ModelDescription& model) {
   return largest;
 }
 
+bool LayerLoader::budget_holds_all(const std::vector<UnitPlan>& plans) const {
+  uint64_t everything = model_.tied_output ? 0 : model_.token_embd->bytes;
+  for (const UnitPlan& p : plans) everything += p.buffer_bytes;
+  return budget_ == kUnlimitedBudget || (budget_ != 0 && budget_ >= reserved_ + everything);
+}
+
 void LayerLoader::choose_residency(const LoaderOptions& options) {
-  uint64_t everything = 0;
-  for (const UnitPlan& p : plans_) {
-    everything += p.buffer_bytes;
-    largest_unit_ = std::max(largest_unit_, p.buffer_bytes);
-  }
+  for (const UnitPlan& p : plans_) largest_unit_ = std::max(largest_unit_, p.buffer_bytes);
   const uint64_t embedding_bytes = model_.tied_output ? 0 : model_.token_embd->bytes;
-  everything += embedding_bytes;
 
   ring_buffers_ = mode_ == LoaderMode::kSync ? 1 : options.n_buffers;
-  if (budget_ == kUnlimitedBudget || (budget_ != 0 && budget_ >= reserved_ + everything)) {
+  if (budget_holds_all(plans_)) {
     for (UnitPlan& p : plans_) p.resident = true;
     embedding_resident_ = !model_.tied_output;
     return;
@@ -294,12 +295,8 @@ LayerLoader::LayerLoader(WeightSource& source, const ModelDescription& model,
   // would pay the unpacking on every pass, more than its kernels save.
   if (options.unpack_5bit) {
     std::vector<UnitPlan> unpacked;
-    uint64_t everything = model_.tied_output ? 0 : model_.token_embd->bytes;
-    for (int u = 0; u < model_.n_units(); ++u) {
-      unpacked.push_back(plan_unit(model_, u, true));
-      everything += unpacked.back().buffer_bytes;
-    }
-    if (budget_ == kUnlimitedBudget || (budget_ != 0 && budget_ >= reserved_ + everything)) {
+    for (int u = 0; u < model_.n_units(); ++u) unpacked.push_back(plan_unit(model_, u, true));
+    if (budget_holds_all(unpacked)) {
       plans_ = std::move(unpacked);
       unpack_5bit_ = true;
       stats_.unpacked_5bit = true;

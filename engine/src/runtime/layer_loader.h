@@ -137,6 +137,9 @@ class LayerLoader {
 
   static TensorType prepared_type(const TensorSlice& slice, bool unpack_5bit);
   static UnitPlan plan_unit(const ModelDescription& model, int unit, bool unpack_5bit);
+  // Whether the budget holds every unit as `plans` lay them out, the
+  // embedding table and the working memory beside them.
+  bool budget_holds_all(const std::vector<UnitPlan>& plans) const;
   void choose_residency(const LoaderOptions& options);
   void create_ring();
   // Under mutex_: bytes of weights held or planned (resident units, the
