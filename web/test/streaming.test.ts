@@ -344,6 +344,34 @@ describe('streaming over HTTP', () => {
     });
   }
 
+  // Q4_0 and Q4_1 matrices, whose tiles interleave four rows' values (the
+  // kernels' other layout): the native engine's text, resident and streamed,
+  // and the same hidden states bit for bit either way.
+  for (const type of ['Q4_0', 'Q4_1']) {
+    it(`runs ${type} matrices as the native engine does`, async () => {
+      const dir = tempDir('q4');
+      const model = generateModel(dir, 'kquant-small', type, 'llama.cpp-vocab/ggml-vocab-llama-spm.gguf');
+      const text = nativeRun(model, PROMPT, 8, ['--temp', '0']);
+      const own = await RangeServer.start(dir);
+      try {
+        const embeddings: Float32Array[] = [];
+        for (const options of [{}, { memoryBudget: 0 }]) {
+          const llm = await SipLLM.load(`${own.url}/${basename(model)}`, { threads: 2, cache: false, ...options });
+          try {
+            expect(await collect(llm.generate(PROMPT, { maxTokens: 8, temperature: 0 }))).toBe(text);
+            embeddings.push((await llm.embed([`${PROMPT} there was a robot`])).embeddings[0]);
+          } finally {
+            await llm.unload();
+          }
+        }
+        expect(embeddings[1]).toEqual(embeddings[0]);
+      } finally {
+        await own.stop();
+        removeDir(dir);
+      }
+    });
+  }
+
   it('streams a model larger than its memory budget, on every token', async () => {
     // Room for the ring (two of the largest unit) and little else.
     const budget = 400_000;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -853,6 +854,75 @@ TEST(KernelsSimd, ByteDotProductsAddEveryProductExactly) {
     simd::store(lanes[1], simd::dot_u6x16_add(simd::load(u6), x8, x16, start));
     ASSERT_EQ(lanes[0][0] + lanes[0][1] + lanes[0][2] + lanes[0][3], sum32) << trial;
     ASSERT_EQ(lanes[1][0] + lanes[1][1] + lanes[1][2] + lanes[1][3], sum16) << trial;
+  }
+}
+
+// LaneDots, as the kernels of interleaved tiles use it: kPairs pairs of
+// vectors of values up to kMaxLevel, four activations repeated in every lane
+// (the whole signed byte range, the int16 sums' worst case included); each
+// lane against its row's scalar sum.
+template <int kMaxLevel>
+void check_lane_dots(std::mt19937& rng) {
+  using Dots = simd::LaneDots<kMaxLevel>;
+  static_assert(Dots::kPairs >= 1);
+  for (int trial = 0; trial < 2000; ++trial) {
+    Dots dots;
+    int32_t expected[4] = {};
+    for (int n = 0; n < Dots::kPairs; ++n) {
+      alignas(16) uint8_t u[2][16];
+      alignas(16) int8_t x[2][16];
+      for (int k = 0; k < 2; ++k) {
+        for (int t = 0; t < 4; ++t) {
+          x[k][t] = static_cast<int8_t>(trial < 2 ? (trial == 0 ? 127 : -128) : static_cast<int>(rng() % 256) - 128);
+        }
+        for (int i = 0; i < 16; ++i) {
+          u[k][i] = static_cast<uint8_t>(trial < 2 ? kMaxLevel : rng() % (kMaxLevel + 1));
+          x[k][i] = x[k][i % 4];
+          expected[i / 4] += u[k][i] * x[k][i];
+        }
+      }
+      dots.add(simd::load(u[0]), simd::load(x[0]), simd::load(u[1]), simd::load(x[1]));
+    }
+    alignas(16) int32_t lanes[4];
+    simd::store(lanes, dots.sum());
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(lanes[i], expected[i]) << "trial " << trial << ", lane " << i;
+  }
+}
+
+TEST(KernelsSimd, LaneDotsSumEachRowInItsLane) {
+  std::mt19937 rng(67);
+  check_lane_dots<15>(rng);
+  check_lane_dots<31>(rng);
+}
+
+// A tile that interleaves its rows' values lies as tile_rows() documents
+// it: the four scales, then each row's values 4 bytes at a time.
+TEST(KernelsMatmul, InterleavedTilesLieAsDocumented) {
+  std::mt19937 rng(71);
+  const TestMatrix m = make_matrix(TensorType::kQ4_1, 5, 64, rng, true);
+  std::vector<uint8_t> bytes = m.bytes;
+  const WeightMatrix tiled = tile_rows(m.view(), bytes.data());
+  ASSERT_EQ(interleaved_values_from(TensorType::kQ4_1), offsetof(BlockQ4_1, qs));
+  const size_t block = sizeof(BlockQ4_1), row_bytes = 2 * block;
+  for (size_t b = 0; b < 2; ++b) {
+    const uint8_t* group = bytes.data() + b * 4 * block;
+    for (size_t i = 0; i < 4; ++i) {
+      const uint8_t* original = m.bytes.data() + i * row_bytes + b * block;
+      EXPECT_EQ(std::memcmp(group + 2 * i, original + offsetof(BlockQ4_1, d), 2), 0) << "scale of row " << i;
+      EXPECT_EQ(std::memcmp(group + 8 + 2 * i, original + offsetof(BlockQ4_1, m), 2), 0) << "minimum of row " << i;
+      for (size_t k = 0; k < 4; ++k) {
+        EXPECT_EQ(std::memcmp(group + 16 + 16 * k + 4 * i, original + offsetof(BlockQ4_1, qs) + 4 * k, 4), 0)
+            << "values " << 4 * k << ".. of row " << i;
+      }
+    }
+  }
+  // The fifth row, a tile of its own, keeps its blocks whole.
+  EXPECT_EQ(std::memcmp(bytes.data() + 4 * row_bytes, m.bytes.data() + 4 * row_bytes, row_bytes), 0);
+  uint8_t scratch[sizeof(BlockQ4_1)];
+  for (int r = 0; r < 5; ++r) {
+    for (int b = 0; b < 2; ++b) {
+      EXPECT_EQ(std::memcmp(matrix_block(tiled, r, b, scratch), m.bytes.data() + r * row_bytes + b * block, block), 0);
+    }
   }
 }
 

@@ -140,10 +140,10 @@ void dequantize_matrix_row(const WeightMatrix& w, int row, float* out) {
     return;
   }
   const TensorTypeTraits& traits = tensor_type_traits(w.type);
-  const uint8_t* block = w.row_start(row);
-  const size_t stride = w.block_stride(row);
-  for (int k = 0; k < w.cols; k += static_cast<int>(traits.block_elements), block += stride) {
-    dequantize_row(w.type, block, out + k, traits.block_elements);
+  std::vector<uint8_t> scratch(traits.block_bytes);
+  for (int b = 0; b * static_cast<int>(traits.block_elements) < w.cols; ++b) {
+    dequantize_row(w.type, matrix_block(w, row, b, scratch.data()),
+                   out + static_cast<size_t>(b) * traits.block_elements, traits.block_elements);
   }
 }
 
@@ -163,7 +163,55 @@ void interleave(const uint8_t* rows, int n_rows, size_t n_blocks, size_t row_byt
   }
 }
 
+constexpr size_t kMaxInterleavedBlockBytes = 64;
+
+// Calls place(at, unit) for each piece of a block that an interleaved group
+// (tile_rows()) keeps together: the scale (and minimum) 2 bytes at a time,
+// the values 4 at a time. Row i's piece at offset `at` of its block lies at
+// 4 * at + i * unit in the group.
+template <class Place>
+void for_each_piece(size_t block_bytes, size_t values_from, Place place) {
+  for (size_t at = 0; at < block_bytes;) {
+    const size_t unit = at < values_from ? 2 : 4;
+    place(at, unit);
+    at += unit;
+  }
+}
+
+// A group of four blocks (block b of a whole tile's rows), as tile_rows()
+// leaves it before interleaving, rearranged in place as it describes.
+void interleave_values(uint8_t* group, size_t block_bytes, size_t values_from) {
+  uint8_t blocks[4 * kMaxInterleavedBlockBytes];
+  std::memcpy(blocks, group, 4 * block_bytes);
+  for_each_piece(block_bytes, values_from, [&](size_t at, size_t unit) {
+    for (size_t i = 0; i < 4; ++i) std::memcpy(group + 4 * at + i * unit, blocks + i * block_bytes + at, unit);
+  });
+}
+
 }  // namespace
+
+size_t interleaved_values_from(TensorType type) {
+  const MatmulKernel* kernel = find_matmul_kernel(type);
+  if (kernel == nullptr || kernel->interleaved_values_from == 0) return 0;
+  if (tensor_type_traits(type).block_bytes > kMaxInterleavedBlockBytes) {
+    throw Error(ErrorKind::kUnsupported, "interleaved tiles of " + std::string(tensor_type_traits(type).name) +
+                                             ": its blocks are larger than tile_rows() copies");
+  }
+  return kernel->interleaved_values_from;
+}
+
+const uint8_t* matrix_block(const WeightMatrix& w, int row, int block, uint8_t* scratch) {
+  const uint8_t* in_place = w.row_start(row) + static_cast<size_t>(block) * w.block_stride(row);
+  const size_t values_from = w.tiled() ? interleaved_values_from(w.type) : 0;
+  const int tile_row = row % WeightMatrix::kTileRows;
+  if (values_from == 0 || row - tile_row + WeightMatrix::kTileRows > w.rows) return in_place;
+  const size_t block_bytes = w.tile_block_bytes;
+  const uint8_t* group = in_place - static_cast<size_t>(tile_row) * block_bytes;
+  const auto i = static_cast<size_t>(tile_row);
+  for_each_piece(block_bytes, values_from,
+                 [&](size_t at, size_t unit) { std::memcpy(scratch + at, group + 4 * at + i * unit, unit); });
+  return scratch;
+}
 
 WeightMatrix tile_rows(const WeightMatrix& w, uint8_t* bytes) {
   const TensorTypeTraits& traits = tensor_type_traits(w.type);
@@ -182,6 +230,14 @@ WeightMatrix tile_rows(const WeightMatrix& w, uint8_t* bytes) {
         interleave<sizeof(BlockQ5_1Unpacked)>(rows.data(), n, n_blocks, w.row_bytes, 0, tile);
         break;
       default: interleave<0>(rows.data(), n, n_blocks, w.row_bytes, traits.block_bytes, tile);
+    }
+  }
+  if (const size_t values_from = interleaved_values_from(w.type); values_from != 0) {
+    for (int r = 0; r + WeightMatrix::kTileRows <= w.rows; r += WeightMatrix::kTileRows) {
+      uint8_t* tile = bytes + static_cast<size_t>(r) * w.row_bytes;
+      for (size_t b = 0; b < n_blocks; ++b) {
+        interleave_values(tile + b * WeightMatrix::kTileRows * traits.block_bytes, traits.block_bytes, values_from);
+      }
     }
   }
   WeightMatrix tiled = w;

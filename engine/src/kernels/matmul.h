@@ -44,6 +44,10 @@ struct MatmulKernel {
   ActivationFormat activations;
   MatmulRowsFn rows;       // SIMD
   MatmulRowsFn reference;  // plain scalar, the definition the SIMD path is tested against
+  // Where a tiled matrix of this type interleaves its rows' values: the
+  // bytes of a block before its values (its scale, and its minimum if any);
+  // 0 where tiles keep their blocks whole. See tile_rows().
+  size_t interleaved_values_from = 0;
 };
 
 // The kernel for a weight type; nullptr when there is none.
@@ -67,7 +71,7 @@ void matmul_each(std::initializer_list<MatmulProduct> products, Activations& x, 
 void matmul(const WeightMatrix& w, const float* x, int n_positions, float* y, ThreadPool& pool,
             int y_stride = 0);
 
-// Copies row `row` of `w` out as floats, in either layout.
+// Copies row `row` of `w` out as floats, in any layout.
 void dequantize_matrix_row(const WeightMatrix& w, int row, float* out);
 
 // Rearranges a row-major quantized matrix into tiles of four rows (see
@@ -75,7 +79,24 @@ void dequantize_matrix_row(const WeightMatrix& w, int row, float* out);
 // it then lies. Float matrices, whose kernels read elements, not blocks, stay
 // row-major. Rows [row_begin, row_end) handed to a kernel start at a multiple
 // of four in a tiled matrix, as matmul() splits them.
+//
+// Where the type's kernel says so (MatmulKernel::interleaved_values_from),
+// each group of four blocks (block b of each row) of a whole tile is
+// rearranged further: the four rows' fp16 scales in row order (then their
+// minimums, for types with one), then their values 4 bytes at a time: the
+// first 4 bytes of each row in row order, the next 4 of each, and so on. A
+// kernel then converts four rows' scales with one load, a 16-byte vector
+// holds 4 bytes of each row, one row per 32-bit lane, and the kernel's dot
+// products come out one row per lane, with no shuffling to put them there.
+// The last tile, of fewer than four rows, keeps its blocks whole.
 WeightMatrix tile_rows(const WeightMatrix& w, uint8_t* bytes);
+
+// MatmulKernel::interleaved_values_from of the type's kernel (0 without one).
+size_t interleaved_values_from(TensorType type);
+
+// Block `block` of row `row`, as the file lays it out: in place, or copied
+// to `scratch` (a block's bytes) from a tile that interleaves its rows.
+const uint8_t* matrix_block(const WeightMatrix& w, int row, int block, uint8_t* scratch);
 
 // unpack_5bit_blocks (tensor_type.h, the reference) with the kernels' SIMD
 // unpacking: the same bytes, in place under the same condition. What the

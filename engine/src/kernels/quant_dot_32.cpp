@@ -13,7 +13,10 @@
 //   acc += (float)isum * (d_w * d_x)                      (Q4_0, Q5_0, Q8_0)
 //   acc += (float)isum * (d_w * d_x) + m_w * (d_x * sum_x) (Q4_1, Q5_1)
 // Four rows share a tile, one per lane; a few positions share each unpacked
-// block. The references compute exactly this, one element at a time.
+// block. Where a tile interleaves its rows' values (Q4_0, Q4_1 and the
+// unpacked 5-bit types; see tile_rows()), the integer sums come out one row
+// per lane; otherwise each row's lanes are summed and transposed. The
+// references compute exactly this, one element at a time.
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -70,6 +73,7 @@ v128_t fifth_bits(uint32_t qh) {
 
 struct Q8_0Format {
   static constexpr size_t kBytes = sizeof(BlockQ8_0);
+  static constexpr size_t kValuesFrom = 0;  // tiles keep its blocks whole
   static constexpr bool kSignedBytes = true;
   static constexpr bool kHasMin = false;
   static constexpr int kOffset = 0;
@@ -97,6 +101,8 @@ struct Q8_0Format {
 
 struct Q4_0Format {
   static constexpr size_t kBytes = sizeof(BlockQ4_0);
+  static constexpr size_t kValuesFrom = offsetof(BlockQ4_0, qs);
+  static constexpr int kMaxLevel = 15;
   static constexpr bool kSignedBytes = false;
   static constexpr bool kHasMin = false;
   static constexpr int kOffset = 8;
@@ -108,6 +114,15 @@ struct Q4_0Format {
     const v128_t bytes = simd::load(b + offsetof(BlockQ4_0, qs));
     u[0] = low_nibbles(bytes);
     u[1] = high_nibbles(bytes);
+  }
+  // Four rows' values interleaved (tile_rows()): vector v of the result holds
+  // values 4v..4v+3 of each row. Byte j of a row's qs holds values j and j + 16.
+  static void unpack_interleaved(const uint8_t* values, v128_t u[8]) {
+    for (int k = 0; k < 4; ++k) {
+      const v128_t bytes = simd::load(values + 16 * k);
+      u[k] = low_nibbles(bytes);
+      u[4 + k] = high_nibbles(bytes);
+    }
   }
   static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ4_0>(b).d); }
   static float min_reference(const uint8_t*) { return 0.0f; }
@@ -122,6 +137,8 @@ struct Q4_0Format {
 
 struct Q4_1Format {
   static constexpr size_t kBytes = sizeof(BlockQ4_1);
+  static constexpr size_t kValuesFrom = offsetof(BlockQ4_1, qs);
+  static constexpr int kMaxLevel = 15;
   static constexpr bool kSignedBytes = false;
   static constexpr bool kHasMin = true;
   static constexpr int kOffset = 0;
@@ -131,6 +148,15 @@ struct Q4_1Format {
     const v128_t bytes = simd::load(b + offsetof(BlockQ4_1, qs));
     u[0] = low_nibbles(bytes);
     u[1] = high_nibbles(bytes);
+  }
+  // Four rows' values interleaved (tile_rows()): vector v of the result holds
+  // values 4v..4v+3 of each row. Byte j of a row's qs holds values j and j + 16.
+  static void unpack_interleaved(const uint8_t* values, v128_t u[8]) {
+    for (int k = 0; k < 4; ++k) {
+      const v128_t bytes = simd::load(values + 16 * k);
+      u[k] = low_nibbles(bytes);
+      u[4 + k] = high_nibbles(bytes);
+    }
   }
   static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ4_1>(b).d); }
   static float min_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ4_1>(b).m); }
@@ -151,6 +177,7 @@ uint32_t read_qh(const uint8_t* p) {
 
 struct Q5_0Format {
   static constexpr size_t kBytes = sizeof(BlockQ5_0);
+  static constexpr size_t kValuesFrom = 0;  // tiles keep its blocks whole (the loader unpacks it where it can)
   static constexpr bool kSignedBytes = false;
   static constexpr bool kHasMin = false;
   static constexpr int kOffset = 16;
@@ -179,6 +206,7 @@ struct Q5_0Format {
 
 struct Q5_1Format {
   static constexpr size_t kBytes = sizeof(BlockQ5_1);
+  static constexpr size_t kValuesFrom = 0;  // tiles keep its blocks whole (the loader unpacks it where it can)
   static constexpr bool kSignedBytes = false;
   static constexpr bool kHasMin = true;
   static constexpr int kOffset = 0;
@@ -207,6 +235,8 @@ struct Q5_1Format {
 template <typename Block, bool kMin>
 struct Q5UnpackedFormat {
   static constexpr size_t kBytes = sizeof(Block);
+  static constexpr size_t kValuesFrom = offsetof(Block, q);
+  static constexpr int kMaxLevel = 31;
   static constexpr bool kSignedBytes = false;
   static constexpr bool kHasMin = kMin;
   static constexpr int kOffset = kMin ? 0 : 16;
@@ -215,6 +245,9 @@ struct Q5UnpackedFormat {
   static void unpack_bytes(const uint8_t* b, v128_t u[2]) {
     u[0] = simd::load(b + offsetof(Block, q));
     u[1] = simd::load(b + offsetof(Block, q) + 16);
+  }
+  static void unpack_interleaved(const uint8_t* values, v128_t u[8]) {
+    for (int k = 0; k < 8; ++k) u[k] = simd::load(values + 16 * k);
   }
   static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<Block>(b).d); }
   static float min_reference(const uint8_t* b) { return kMin ? fp16_to_float(simd::load_u16(b + 2)) : 0.0f; }
@@ -250,9 +283,66 @@ void unpack_blocks(const uint8_t* src, uint8_t* dst, size_t n_blocks) {
 
 // ---- The SIMD kernel ---------------------------------------------------------
 
+// acc plus one block's terms for four rows (lane i: row i) and a position:
+// isum_i the rows' integer sums of values times activations, dw4 and mw4
+// the rows' scales and minimums, dx and sx the activations' scale and sum.
+template <class F>
+v128_t add_block(v128_t acc, v128_t isum_i, v128_t dw4, v128_t mw4, float dx, int32_t sx_q) {
+  if (F::kOffset != 0) isum_i = wasm_i32x4_sub(isum_i, wasm_i32x4_splat(F::kOffset * sx_q));
+  const v128_t isum = wasm_f32x4_convert_i32x4(isum_i);
+  v128_t term = wasm_f32x4_mul(isum, wasm_f32x4_mul(dw4, wasm_f32x4_splat(dx)));
+  if (F::kHasMin) {
+    const float sx = dx * static_cast<float>(sx_q);
+    term = wasm_f32x4_add(term, wasm_f32x4_mul(mw4, wasm_f32x4_splat(sx)));
+  }
+  return wasm_f32x4_add(acc, term);
+}
+
+// dot_rows4 for a tile whose rows' values are interleaved (RowTile::
+// values_interleaved): each 8-bit dot product gives four rows' sums, one per
+// lane, so the sums need no transposing.
+template <class F, int kPositions>
+void dot_rows4_interleaved(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0,
+                           v128_t acc[kPositions]) {
+  const int8_t* x8s[kPositions];
+  const float* xd[kPositions];
+  const int32_t* xs[kPositions];
+  for (int j = 0; j < kPositions; ++j) {
+    x8s[j] = x.q8_row(p0 + j);
+    xd[j] = x.d_row(p0 + j);
+    xs[j] = x.sums_row(p0 + j);
+    acc[j] = wasm_f32x4_splat(0.0f);
+  }
+  const simd::HalvesToFloats halves;
+  using Dots = simd::LaneDots<F::kMaxLevel>;
+  for (int b = 0; b < n_blocks; ++b) {
+    const uint8_t* group = tile.row[0] + static_cast<size_t>(b) * tile.block_stride;
+    if (kPositions == 1) tile.prefetch_ahead(group, 4 * F::kBytes);
+    // The four rows' scales, then their minimums.
+    const v128_t dw4 = halves(group);
+    const v128_t mw4 = F::kHasMin ? halves(group + 8) : wasm_f32x4_splat(0.0f);
+    v128_t u[8];  // u[v]: values 4v..4v+3 of each row
+    F::unpack_interleaved(group + 4 * F::kValuesFrom, u);
+    for (int j = 0; j < kPositions; ++j) {
+      const int8_t* x8 = x8s[j] + b * kBlock;
+      const auto x4 = [&](int v) { return wasm_v128_load32_splat(x8 + 4 * v); };  // values 4v..4v+3
+      v128_t isum = wasm_i32x4_splat(0);
+      for (int first = 0; first < 8; first += 2 * Dots::kPairs) {
+        Dots dots;
+        for (int v = first; v < first + 2 * Dots::kPairs && v < 8; v += 2) dots.add(u[v], x4(v), u[v + 1], x4(v + 1));
+        isum = first == 0 ? dots.sum() : wasm_i32x4_add(isum, dots.sum());
+      }
+      acc[j] = add_block<F>(acc[j], isum, dw4, mw4, xd[j][b], xs[j][b]);
+    }
+  }
+}
+
 // acc[j] lane i = row i's dot product with position p0 + j.
 template <class F, int kPositions>
 void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0, v128_t acc[kPositions]) {
+  if constexpr (F::kValuesFrom != 0) {
+    if (tile.values_interleaved) return dot_rows4_interleaved<F, kPositions>(tile, n_blocks, x, p0, acc);
+  }
   const int16_t* xq[kPositions];
   const int8_t* x8s[kPositions];
   const float* xd[kPositions];
@@ -280,16 +370,7 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
     }
     // Position j's products with the four rows, s[i] for row i, to the float accumulator.
     const auto accumulate = [&](int j, const v128_t s[4]) {
-      v128_t isum_i = simd::transpose_sum_i32(s[0], s[1], s[2], s[3]);
-      if (F::kOffset != 0) isum_i = wasm_i32x4_sub(isum_i, wasm_i32x4_splat(F::kOffset * xs[j][b]));
-      const v128_t isum = wasm_f32x4_convert_i32x4(isum_i);
-      const float dx = xd[j][b];
-      v128_t term = wasm_f32x4_mul(isum, wasm_f32x4_mul(dw4, wasm_f32x4_splat(dx)));
-      if (F::kHasMin) {
-        const float sx = dx * static_cast<float>(xs[j][b]);
-        term = wasm_f32x4_add(term, wasm_f32x4_mul(mw4, wasm_f32x4_splat(sx)));
-      }
-      acc[j] = wasm_f32x4_add(acc[j], term);
+      acc[j] = add_block<F>(acc[j], simd::transpose_sum_i32(s[0], s[1], s[2], s[3]), dw4, mw4, xd[j][b], xs[j][b]);
     };
     if constexpr (F::kSignedBytes && simd::kSignedByteDot) {
       // sum(w * x) = sum(w * (x + 128)) - 128 * sum(w): each row's second
@@ -357,13 +438,12 @@ void rows_reference(const WeightMatrix& w, int row_begin, int row_end, const Act
   const QuantizedActivations& q = *x.q;
   const int n_blocks = w.cols / kBlock;
   int16_t wq[kBlock];
+  uint8_t scratch[F::kBytes];
   for (int r = row_begin; r < row_end; ++r) {
-    const uint8_t* row = w.row_start(r);
-    const size_t stride = w.block_stride(r);
     for (int p = 0; p < x.n_positions; ++p) {
       float acc = 0.0f;
       for (int b = 0; b < n_blocks; ++b) {
-        const uint8_t* block = row + static_cast<size_t>(b) * stride;
+        const uint8_t* block = matrix_block(w, r, b, scratch);
         F::unpack_reference(block, wq);
         const int16_t* xq = q.q_row(p) + b * kBlock;
         int32_t isum = 0;
@@ -387,13 +467,15 @@ void unpack_5bit_blocks_simd(TensorType type, const uint8_t* src, uint8_t* dst, 
 }
 
 const MatmulKernel kMatmulQ8_0{ActivationFormat::kQ8_0, rows_simd<Q8_0Format>, rows_reference<Q8_0Format>};
-const MatmulKernel kMatmulQ4_0{ActivationFormat::kQ8_0, rows_simd<Q4_0Format>, rows_reference<Q4_0Format>};
-const MatmulKernel kMatmulQ4_1{ActivationFormat::kQ8_0, rows_simd<Q4_1Format>, rows_reference<Q4_1Format>};
+const MatmulKernel kMatmulQ4_0{ActivationFormat::kQ8_0, rows_simd<Q4_0Format>, rows_reference<Q4_0Format>,
+                               Q4_0Format::kValuesFrom};
+const MatmulKernel kMatmulQ4_1{ActivationFormat::kQ8_0, rows_simd<Q4_1Format>, rows_reference<Q4_1Format>,
+                               Q4_1Format::kValuesFrom};
 const MatmulKernel kMatmulQ5_0{ActivationFormat::kQ8_0, rows_simd<Q5_0Format>, rows_reference<Q5_0Format>};
 const MatmulKernel kMatmulQ5_1{ActivationFormat::kQ8_0, rows_simd<Q5_1Format>, rows_reference<Q5_1Format>};
 const MatmulKernel kMatmulQ5_0Unpacked{ActivationFormat::kQ8_0, rows_simd<Q5_0UnpackedFormat>,
-                                       rows_reference<Q5_0UnpackedFormat>};
+                                       rows_reference<Q5_0UnpackedFormat>, Q5_0UnpackedFormat::kValuesFrom};
 const MatmulKernel kMatmulQ5_1Unpacked{ActivationFormat::kQ8_0, rows_simd<Q5_1UnpackedFormat>,
-                                       rows_reference<Q5_1UnpackedFormat>};
+                                       rows_reference<Q5_1UnpackedFormat>, Q5_1UnpackedFormat::kValuesFrom};
 
 }  // namespace sipllm

@@ -35,6 +35,9 @@ struct RowTile {
   size_t block_stride;    // bytes from a block of a row to its next (WeightMatrix::block_stride)
   size_t ahead_bytes;     // how far ahead to prefetch; 0: nothing to prefetch (or done already)
   const uint8_t* end;     // the end of the matrix: nothing at or past it is prefetched
+  // A whole tile whose groups of blocks interleave the rows' values (see
+  // tile_rows()): row[0] is where the groups start, block_stride their size.
+  bool values_interleaved = false;
 
   // Prefetches `length` bytes (a block) ahead_bytes past p, which the
   // kernel is reading.
@@ -57,6 +60,7 @@ void for_each_row_tile(const WeightMatrix& w, int row_begin, int row_end, int n_
                                                  ", not the start of a tile");
   }
   const bool prefetch = simd::kPrefetchNeverWaits || !w.tiled();
+  const bool interleaved = w.tiled() && interleaved_values_from(w.type) != 0;
   const uint8_t* matrix_end = w.data + static_cast<size_t>(w.rows) * w.row_bytes;
   const size_t ahead_bytes = simd::prefetch_rows_ahead(w.row_bytes) * w.row_bytes;
   if (prefetch) simd::prefetch_run_start(w.data + static_cast<size_t>(row_begin) * w.row_bytes, w.row_bytes, matrix_end);
@@ -67,6 +71,7 @@ void for_each_row_tile(const WeightMatrix& w, int row_begin, int row_end, int n_
     for (int i = 0; i < 4; ++i) tile.row[i] = w.row_start(r + (i < valid ? i : valid - 1));
     tile.ahead_bytes = prefetch ? ahead_bytes : 0;
     tile.end = matrix_end;
+    tile.values_interleaved = interleaved && r + WeightMatrix::kTileRows <= w.rows;
     if (prefetch && (n_positions >= kTile || !simd::kPrefetchNeverWaits)) {
       const uint8_t* ahead = w.data + static_cast<size_t>(r) * w.row_bytes + ahead_bytes;
       const uint8_t* ahead_end = ahead + static_cast<size_t>(valid) * w.row_bytes;

@@ -229,6 +229,64 @@ inline v128_t dot_u8i8x16_add(v128_t u, v128_t s, v128_t acc) {
                                             wasm_i32x4_dot_i16x8(wasm_u16x8_extend_high_u8x16(u), wasm_i16x8_extend_high_i8x16(s))));
 #endif
 }
+// Sums of products lane by lane, for weights whose tile holds four rows'
+// values interleaved (one row per i32 lane): add(u0, x0, u1, x1) adds, to
+// lane i, the products of bytes 4i..4i+3 of u0 (unsigned, at most kMaxLevel)
+// with those of x0 (signed: four activations, the same four bytes in every
+// lane), and likewise of u1 with x1; sum() is each lane's total. Where the
+// 8-bit dot product gives int16 pairs (relaxed SIMD, SSSE3), they are added
+// as int16 and widened once in sum(): at most kPairs adds, so that nothing
+// overflows (kPairs * 4 * kMaxLevel * 128 < 2^15) and relaxed SIMD's result
+// is the same on every platform. With VNNI each product is one vpdpbusd,
+// into two accumulators (one chain of dependent vpdpbusd measured 10 %
+// slower in the prefill's kernels); plain SIMD128 widens both sides and
+// pairs the lanes up in sum().
+template <int kMaxLevel>
+class LaneDots {
+ public:
+  static constexpr int kPairs = 32767 / (4 * kMaxLevel * 128);
+
+  void add(v128_t u0, v128_t x0, v128_t u1, v128_t x1) {
+#if defined(__wasm_relaxed_simd__)
+    sums_ = wasm_i16x8_add(sums_, wasm_i16x8_add(wasm_i16x8_relaxed_dot_i8x16_i7x16(x0, u0),
+                                                 wasm_i16x8_relaxed_dot_i8x16_i7x16(x1, u1)));
+#elif defined(SIPLLM_VNNI)
+    sums_ = simde_v128_from_m128i(dpbusd(simde_v128_to_m128i(sums_), simde_v128_to_m128i(u0), simde_v128_to_m128i(x0)));
+    other_ = simde_v128_from_m128i(dpbusd(simde_v128_to_m128i(other_), simde_v128_to_m128i(u1), simde_v128_to_m128i(x1)));
+#elif defined(SIPLLM_BYTE_DOT)
+    const __m128i pairs = _mm_add_epi16(_mm_maddubs_epi16(simde_v128_to_m128i(u0), simde_v128_to_m128i(x0)),
+                                        _mm_maddubs_epi16(simde_v128_to_m128i(u1), simde_v128_to_m128i(x1)));
+    sums_ = wasm_i16x8_add(sums_, simde_v128_from_m128i(pairs));
+#else
+    // Bytes 0-7 are rows 0 and 1, bytes 8-15 rows 2 and 3: each dot gives a
+    // row two lanes, which sum() adds. (x's four bytes repeat, so both of
+    // its halves widen alike.)
+    const v128_t x0_16 = wasm_i16x8_extend_low_i8x16(x0), x1_16 = wasm_i16x8_extend_low_i8x16(x1);
+    sums_ = wasm_i32x4_add(sums_, wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_u16x8_extend_low_u8x16(u0), x0_16),
+                                                 wasm_i32x4_dot_i16x8(wasm_u16x8_extend_low_u8x16(u1), x1_16)));
+    other_ = wasm_i32x4_add(other_, wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_u16x8_extend_high_u8x16(u0), x0_16),
+                                                   wasm_i32x4_dot_i16x8(wasm_u16x8_extend_high_u8x16(u1), x1_16)));
+#endif
+  }
+  v128_t sum() const {
+#if defined(__wasm_relaxed_simd__)
+    return wasm_i32x4_extadd_pairwise_i16x8(sums_);
+#elif defined(SIPLLM_VNNI)
+    return wasm_i32x4_add(sums_, other_);
+#elif defined(SIPLLM_BYTE_DOT)
+    return simde_v128_from_m128i(_mm_madd_epi16(simde_v128_to_m128i(sums_), _mm_set1_epi16(1)));
+#else
+    return wasm_i32x4_add(wasm_i32x4_shuffle(sums_, other_, 0, 2, 4, 6), wasm_i32x4_shuffle(sums_, other_, 1, 3, 5, 7));
+#endif
+  }
+
+ private:
+  v128_t sums_ = wasm_i32x4_splat(0);
+#if defined(SIPLLM_VNNI) || !defined(SIPLLM_BYTE_DOT)
+  v128_t other_ = wasm_i32x4_splat(0);
+#endif
+};
+
 inline v128_t shift_to_unsigned(v128_t signed_bytes) {
   return wasm_v128_xor(signed_bytes, wasm_i8x16_splat(static_cast<int8_t>(0x80)));
 }
@@ -374,8 +432,15 @@ class HalvesToFloats {
         scale_(opaque(wasm_f32x4_splat(0x1p112f))) {}
 
   v128_t operator()(uint16_t h0, uint16_t h1, uint16_t h2, uint16_t h3) const {
-    const v128_t h = wasm_i32x4_make(static_cast<int16_t>(h0), static_cast<int16_t>(h1), static_cast<int16_t>(h2),
-                                     static_cast<int16_t>(h3));
+    return convert(wasm_i32x4_make(static_cast<int16_t>(h0), static_cast<int16_t>(h1), static_cast<int16_t>(h2),
+                                   static_cast<int16_t>(h3)));
+  }
+  // The four halves at p.
+  v128_t operator()(const uint8_t* p) const { return convert(wasm_i32x4_extend_low_i16x8(wasm_v128_load64_zero(p))); }
+
+ private:
+  // h: four halves, one per lane, sign-extended to 32 bits.
+  v128_t convert(v128_t h) const {
 #if defined(SIPLLM_F16C)
     const __m128i lanes = simde_v128_to_m128i(h);
     return simde_v128_from_m128(_mm_cvtph_ps(_mm_packs_epi32(lanes, lanes)));
@@ -390,7 +455,6 @@ class HalvesToFloats {
 #endif
   }
 
- private:
   v128_t sign_and_magnitude_, exponent_, scale_;
 };
 

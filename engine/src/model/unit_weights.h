@@ -22,7 +22,9 @@ namespace sipllm {
 // they read, in order: one sequential stream, which the hardware prefetchers
 // follow, where four rows side by side are four streams they lose. A tile
 // takes the bytes its rows take row-major, so rows [4k, 4k + 4) are in the
-// same place in both layouts.
+// same place in both layouts. (For some types a whole tile's four blocks of
+// a group are rearranged further, their values interleaved: tile_rows() says
+// how; matrix_block() reads a block back in either case.)
 struct WeightMatrix {
   static constexpr int kTileRows = 4;
 
