@@ -51,6 +51,17 @@ inline v128_t low_nibbles(v128_t bytes) { return wasm_v128_and(bytes, wasm_i8x16
 // engines emulate i8x16.shr_u with more than these two.
 inline v128_t high_nibbles(v128_t bytes) { return low_nibbles(wasm_u16x8_shr(bytes, 4)); }
 
+// Four rows' 4-bit values as a tile interleaves them (tile_rows()), for
+// Q4_0 and Q4_1: vector v of u holds values 4v..4v+3 of each row (byte j of
+// a row's qs holds values j and j + 16).
+inline void unpack_nibbles_interleaved(const uint8_t* values, v128_t u[8]) {
+  for (int k = 0; k < 4; ++k) {
+    const v128_t bytes = simd::load(values + 16 * k);
+    u[k] = low_nibbles(bytes);
+    u[4 + k] = high_nibbles(bytes);
+  }
+}
+
 // kFifthBitBytes[b] has byte j equal to 16 where bit j of b is set, else 0:
 // eight fifth bits become eight byte values with one table lookup.
 constexpr std::array<uint64_t, 256> fifth_bit_bytes() {
@@ -115,15 +126,7 @@ struct Q4_0Format {
     u[0] = low_nibbles(bytes);
     u[1] = high_nibbles(bytes);
   }
-  // Four rows' values interleaved (tile_rows()): vector v of the result holds
-  // values 4v..4v+3 of each row. Byte j of a row's qs holds values j and j + 16.
-  static void unpack_interleaved(const uint8_t* values, v128_t u[8]) {
-    for (int k = 0; k < 4; ++k) {
-      const v128_t bytes = simd::load(values + 16 * k);
-      u[k] = low_nibbles(bytes);
-      u[4 + k] = high_nibbles(bytes);
-    }
-  }
+  static void unpack_interleaved(const uint8_t* values, v128_t u[8]) { unpack_nibbles_interleaved(values, u); }
   static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ4_0>(b).d); }
   static float min_reference(const uint8_t*) { return 0.0f; }
   static void unpack_reference(const uint8_t* b, int16_t q[kBlock]) {
@@ -149,15 +152,7 @@ struct Q4_1Format {
     u[0] = low_nibbles(bytes);
     u[1] = high_nibbles(bytes);
   }
-  // Four rows' values interleaved (tile_rows()): vector v of the result holds
-  // values 4v..4v+3 of each row. Byte j of a row's qs holds values j and j + 16.
-  static void unpack_interleaved(const uint8_t* values, v128_t u[8]) {
-    for (int k = 0; k < 4; ++k) {
-      const v128_t bytes = simd::load(values + 16 * k);
-      u[k] = low_nibbles(bytes);
-      u[4 + k] = high_nibbles(bytes);
-    }
-  }
+  static void unpack_interleaved(const uint8_t* values, v128_t u[8]) { unpack_nibbles_interleaved(values, u); }
   static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ4_1>(b).d); }
   static float min_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ4_1>(b).m); }
   static void unpack_reference(const uint8_t* b, int16_t q[kBlock]) {
