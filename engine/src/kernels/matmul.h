@@ -88,7 +88,8 @@ void dequantize_matrix_row(const WeightMatrix& w, int row, float* out);
 // kernel then converts four rows' scales with one load, a 16-byte vector
 // holds 4 bytes of each row, one row per 32-bit lane, and the kernel's dot
 // products come out one row per lane, with no shuffling to put them there.
-// The last tile, of fewer than four rows, keeps its blocks whole.
+// The last tile, of fewer than four rows, keeps its blocks whole. (Values
+// take a multiple of 16 bytes in each type that interleaves them.)
 WeightMatrix tile_rows(const WeightMatrix& w, uint8_t* bytes);
 
 // MatmulKernel::interleaved_values_from of the type's kernel (0 without one).
