@@ -436,7 +436,13 @@ class HalvesToFloats {
                                    static_cast<int16_t>(h3)));
   }
   // The four halves at p.
-  v128_t operator()(const uint8_t* p) const { return convert(wasm_i32x4_extend_low_i16x8(wasm_v128_load64_zero(p))); }
+  v128_t operator()(const uint8_t* p) const {
+#if defined(SIPLLM_F16C)
+    return simde_v128_from_m128(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+#else
+    return convert(wasm_i32x4_extend_low_i16x8(wasm_v128_load64_zero(p)));
+#endif
+  }
 
  private:
   // h: four halves, one per lane, sign-extended to 32 bits.
