@@ -129,6 +129,11 @@ std::vector<VectorCase> vector_cases() {
           {"quantize q8_0 4864", 3 * 4864},
           {"quantize q8_k 4864", 3 * 4864},
           {"attention 9x64 over 256", 4.0 * 9 * 64 * 256},
+          // A 128-token prompt's attention in one layer (positions 0-127,
+          // each over the keys up to its own): SmolLM-135M's heads (3 KV
+          // heads) and Qwen2.5-0.5B's (2 KV heads).
+          {"attention prefill 9x64 128", 4.0 * 9 * 64 * (128 * 129 / 2)},
+          {"attention prefill 14x64 128", 4.0 * 14 * 64 * (128 * 129 / 2)},
           // The ceiling of decoding, which reads every weight once per token:
           // a plain sum over a buffer far larger than the caches.
           {"read probe 256 MB", 0, 256.0 * (1 << 20)}};
@@ -146,6 +151,8 @@ VectorFixture::VectorFixture(const VectorCase& c) : case_(c) {
     for (int t = 0; t < 256; ++t) {
       cache_->store(0, t, &kv[static_cast<size_t>(t) * 192], &kv[static_cast<size_t>(256 + t) * 192]);
     }
+    queries_ = random_floats(128 * 14 * 64, 1.0f, 6);  // rows of 128 positions, for the prefill cases
+    outputs_.resize(queries_.size());
   }
 }
 
@@ -182,8 +189,14 @@ void VectorFixture::run(ThreadPool& pool) {
     quantize_activations(a_.data(), 1, 4864,
                          n == "quantize q8_0 4864" ? ActivationFormat::kQ8_0 : ActivationFormat::kQ8_K, &quantized_);
   } else {
-    const AttentionShape shape{.n_heads = 9, .n_kv_heads = 3, .head_dim = 64, .scale = 0.125f};
-    attention(a_.data(), 1, 255, *cache_, 0, shape, c_.data(), pool, scratch_);
+    const bool qwen = n == "attention prefill 14x64 128";
+    const AttentionShape shape{
+        .n_heads = qwen ? 14 : 9, .n_kv_heads = qwen ? 2 : 3, .head_dim = 64, .scale = 0.125f};
+    if (n == "attention 9x64 over 256") {
+      attention(a_.data(), 1, 255, *cache_, 0, shape, c_.data(), pool, scratch_);
+    } else {
+      attention(queries_.data(), 128, 0, *cache_, 0, shape, outputs_.data(), pool, scratch_);
+    }
   }
 }
 

@@ -65,7 +65,7 @@ class VectorFixture {
 
  private:
   VectorCase case_;
-  std::vector<float> a_, b_, c_, scratch_;
+  std::vector<float> a_, b_, c_, scratch_, queries_, outputs_;
   std::vector<uint64_t> big_;
   QuantizedActivations quantized_;
   std::unique_ptr<KvCache> cache_;

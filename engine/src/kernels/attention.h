@@ -11,8 +11,9 @@
 //
 // Each (position, head) is computed with a fixed order of operations of its
 // own, so the result does not depend on the batch or thread count. Heads
-// that share a KV head go through the cache together, so that each key and
-// value is read and converted once for all of them.
+// that share a KV head go through the keys together, so that each key is
+// read and converted once for all of them; then each head's weighted sum of
+// values goes through them 16 elements at a time, kept in registers.
 #pragma once
 
 #include <vector>
@@ -35,9 +36,8 @@ struct AttentionShape {
   int first_position(int pos) const { return window > 0 && pos >= window ? pos - window + 1 : 0; }
 };
 
-// One head of one position. `scores` has room for pos + 1 floats.
-void attend(const float* q, int pos, int head, const KvCache& cache, int layer,
-            const AttentionShape& shape, float* out, float* scores);
+// One head of one position, in double precision: the tests' reference.
+// `scores` has room for pos + 1 floats.
 void attend_reference(const float* q, int pos, int head, const KvCache& cache, int layer,
                       const AttentionShape& shape, float* out, float* scores);
 

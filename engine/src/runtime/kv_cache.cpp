@@ -1,6 +1,7 @@
 #include "runtime/kv_cache.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <string>
 
@@ -16,9 +17,14 @@ KvCache::KvCache(int n_layers, int kv_dim, int context_length, KvCacheType type,
       context_length_(context_length),
       type_(type),
       page_positions_(page_positions),
+      page_shift_(std::countr_zero(static_cast<unsigned>(page_positions))),
       capacity_(static_cast<size_t>(n_layers), context_length),
       keys_(static_cast<size_t>(n_layers)),
       values_(static_cast<size_t>(n_layers)) {
+  if (page_positions <= 0 || !std::has_single_bit(static_cast<unsigned>(page_positions))) {
+    throw Error(ErrorKind::kInvalidArgument,
+                "KV cache pages of " + std::to_string(page_positions) + " positions: not a power of two");
+  }
   for (size_t l = 0; l < layer_capacity.size() && l < capacity_.size(); ++l) {
     if (layer_capacity[l] > 0) capacity_[l] = std::min(layer_capacity[l], context_length);
   }

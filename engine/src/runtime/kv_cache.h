@@ -27,6 +27,7 @@ class KvCache {
   static constexpr int kDefaultPagePositions = 256;
 
   // layer_capacity[l]: positions layer l keeps (0 or >= context_length: all).
+  // page_positions: a power of two.
   KvCache(int n_layers, int kv_dim, int context_length, KvCacheType type = KvCacheType::kF16,
           std::vector<int> layer_capacity = {}, int page_positions = kDefaultPagePositions);
 
@@ -80,8 +81,9 @@ class KvCache {
   const void* row(const Pages& pages, int layer, int pos, size_t element_bytes) const {
     const auto l = static_cast<size_t>(layer);
     const int s = pos < capacity_[l] ? pos : pos % capacity_[l];
-    return pages[l][static_cast<size_t>(s / page_positions_)].get() +
-           static_cast<size_t>(s % page_positions_) * static_cast<size_t>(kv_dim_) * element_bytes;
+    // Attention asks for every row it reads: a shift, not a division.
+    return pages[l][static_cast<size_t>(s >> page_shift_)].get() +
+           static_cast<size_t>(s & (page_positions_ - 1)) * static_cast<size_t>(kv_dim_) * element_bytes;
   }
   size_t element_bytes() const { return type_ == KvCacheType::kF16 ? 2 : 4; }
 
@@ -89,7 +91,8 @@ class KvCache {
   int kv_dim_;
   int context_length_;
   KvCacheType type_;
-  int page_positions_;
+  int page_positions_;  // a power of two
+  int page_shift_;      // its log2
   int filled_ = 0;
   std::vector<int> capacity_;  // per layer, in positions
   Pages keys_;
