@@ -1043,6 +1043,26 @@ TEST(KernelsAttention, AnF16CacheKnowsWhetherItsHalvesAreFinite) {
   EXPECT_TRUE(floats.halves_finite());
 }
 
+TEST(KernelsAttention, KvCachePagesAreAPowerOfTwoPositions) {
+  // Rows are found with a shift and a mask, which only a power of two allows.
+  for (const int page : {0, -4, 3, 48, 100}) {
+    try {
+      KvCache cache(1, 8, 256, KvCacheType::kF16, {}, page);
+      FAIL() << "pages of " << page << " positions were accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("power of two"), std::string::npos) << e.what();
+    }
+  }
+  KvCache cache(1, 8, 256, KvCacheType::kF32, {}, 16);
+  cache.reserve(40);
+  for (int t = 0; t < 40; ++t) {
+    const std::vector<float> row(8, static_cast<float>(t));
+    cache.store(0, t, row.data(), row.data());
+  }
+  for (int t = 0; t < 40; ++t) EXPECT_EQ(cache.key<float>(0, t)[7], static_cast<float>(t)) << t;
+}
+
 TEST(KernelsAttention, SlidingWindowSeesOnlyTheWindowAndARingCacheSuffices) {
   // Keys that differ only outside the window must not change the result, and
   // a cache keeping just window + chunk - 1 positions gives the same bits as
