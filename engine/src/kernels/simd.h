@@ -438,7 +438,7 @@ class HalvesToFloats {
   // The four halves at p.
   v128_t operator()(const uint8_t* p) const {
 #if defined(SIPLLM_F16C)
-    return simde_v128_from_m128(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+    return load_fp16x4(p);  // F16C's conversion reads them from memory as they are
 #else
     return convert(wasm_i32x4_extend_low_i16x8(wasm_v128_load64_zero(p)));
 #endif
