@@ -134,6 +134,10 @@ std::vector<VectorCase> vector_cases() {
           // heads) and Qwen2.5-0.5B's (2 KV heads).
           {"attention prefill 9x64 128", 4.0 * 9 * 64 * (128 * 129 / 2)},
           {"attention prefill 14x64 128", 4.0 * 14 * 64 * (128 * 129 / 2)},
+          // The same through llama.cpp's tiled path (floats throughout),
+          // which prompts of 64 tokens or more take.
+          {"attention prefill tiled 9x64 128", 4.0 * 9 * 64 * (128 * 129 / 2)},
+          {"attention prefill tiled 14x64 128", 4.0 * 14 * 64 * (128 * 129 / 2)},
           // The ceiling of decoding, which reads every weight once per token:
           // a plain sum over a buffer far larger than the caches.
           {"read probe 256 MB", 0, 256.0 * (1 << 20)}};
@@ -189,13 +193,15 @@ void VectorFixture::run(ThreadPool& pool) {
     quantize_activations(a_.data(), 1, 4864,
                          n == "quantize q8_0 4864" ? ActivationFormat::kQ8_0 : ActivationFormat::kQ8_K, &quantized_);
   } else {
-    const bool qwen = n == "attention prefill 14x64 128";
+    const bool qwen = n.find("14x64") != std::string::npos;
+    const bool tiled = n.find("tiled") != std::string::npos;
     const AttentionShape shape{
         .n_heads = qwen ? 14 : 9, .n_kv_heads = qwen ? 2 : 3, .head_dim = 64, .scale = 0.125f};
     if (n == "attention 9x64 over 256") {
       attention(a_.data(), 1, 255, *cache_, 0, shape, c_.data(), pool, scratch_);
     } else {
-      attention(queries_.data(), 128, 0, *cache_, 0, shape, outputs_.data(), pool, scratch_);
+      attention(queries_.data(), 128, 0, *cache_, 0, shape, outputs_.data(), pool, scratch_,
+                tiled ? AttentionPath::kTiled : AttentionPath::kOneChunk);
     }
   }
 }

@@ -278,7 +278,7 @@ describe('streaming over HTTP', () => {
   });
 
   it('streams a unit over its budget from the cache once it is stored, never again from the network', async () => {
-    const budget = 400_000;
+    const budget = 420_000;
     const url = `${server.url}/${MODEL}`;
     const cache = tempDir('cache');
     try {
@@ -374,7 +374,7 @@ describe('streaming over HTTP', () => {
 
   it('streams a model larger than its memory budget, on every token', async () => {
     // Room for the ring (two of the largest unit) and little else.
-    const budget = 400_000;
+    const budget = 420_000;
     const llm = await SipLLM.load(`${server.url}/${MODEL}`, { threads: 2, memoryBudget: budget });
     try {
       expect(await collect(llm.generate(PROMPT, { maxTokens: 60, temperature: 0 }))).toBe(expected);

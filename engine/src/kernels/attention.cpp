@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -251,15 +252,271 @@ void attend_heads(const float* q, int pos, int head, int n_group, const KvCache&
   }
 }
 
+// ---- The tiled path -------------------------------------------------------------
+
+// Keys (and values) converted to floats together, at positions that are
+// multiples of it: ggml's GGML_FA_TILE_KV. The tiles start at the same keys
+// whatever the queries, so a query's result does not depend on which others
+// share its task.
+constexpr int kKeyTile = 64;
+// The most positions one task attends for (with every head of a KV head).
+constexpr int kQueryTile = 16;
+
+// Floats of a thread's scratch for the tiled path: a tile of keys and one
+// of values as floats, a query's scores, and per query (position and head of
+// a task) its running maximum, sum and weighted sum of values.
+size_t tiled_scratch_floats(const AttentionShape& shape) {
+  const auto dim = static_cast<size_t>(shape.head_dim);
+  const auto queries = static_cast<size_t>(kQueryTile) * static_cast<size_t>(shape.n_heads / shape.n_kv_heads);
+  return 2 * kKeyTile * dim + 2 * kKeyTile + queries * (dim + 2);
+}
+
+// Rows [from, to) of the cache's keys or values of one KV head as floats,
+// row t - tile_start of `rows` (head_dim floats each).
+template <class T, bool kValues>
+void rows_to_floats(const KvCache& cache, int layer, int kv_offset, int head_dim, int tile_start, int from, int to,
+                    float* rows) {
+  const int dim4 = head_dim & ~3;
+  for (int t = from; t < to; ++t) {
+    const T* src = (kValues ? cache.value<T>(layer, t) : cache.key<T>(layer, t)) + kv_offset;
+    float* dst = rows + static_cast<size_t>(t - tile_start) * static_cast<size_t>(head_dim);
+    if constexpr (std::is_same_v<T, float>) {
+      std::memcpy(dst, src, static_cast<size_t>(head_dim) * sizeof(float));
+    } else {
+      for (int d = 0; d < dim4; d += 4) simd::store(dst + d, simd::load_fp16x4(src + d));
+      for (int d = dim4; d < head_dim; ++d) dst[d] = element(src, d);
+    }
+  }
+}
+
+// scores[h][t] = q[h] . k_t for kHeads queries and the n keys at `keys`
+// (rows of head_dim floats), four keys at a time: the queries share each
+// key's loads, and the 4 * kHeads sums run side by side.
+template <int kHeads>
+void tile_scores(const float* const q[kHeads], const float* keys, int n, int head_dim, float* const scores[kHeads]) {
+  const int dim4 = head_dim & ~3;
+  const auto key = [&](int t) { return keys + static_cast<size_t>(t) * static_cast<size_t>(head_dim); };
+  int t = 0;
+  for (; t + 4 <= n; t += 4) {
+    v128_t acc[kHeads][4];
+    for (int h = 0; h < kHeads; ++h) {
+      for (int j = 0; j < 4; ++j) acc[h][j] = wasm_f32x4_splat(0.0f);
+    }
+    for (int d = 0; d < dim4; d += 4) {
+      v128_t k[4];
+      for (int j = 0; j < 4; ++j) k[j] = simd::load(key(t + j) + d);
+      for (int h = 0; h < kHeads; ++h) {
+        const v128_t qd = simd::load(q[h] + d);
+        for (int j = 0; j < 4; ++j) acc[h][j] = wasm_f32x4_add(acc[h][j], wasm_f32x4_mul(qd, k[j]));
+      }
+    }
+    for (int h = 0; h < kHeads; ++h) {
+      simd::store(scores[h] + t, simd::transpose_sum_f32(acc[h][0], acc[h][1], acc[h][2], acc[h][3]));
+      for (int j = 0; j < 4; ++j) scores[h][t + j] = dot_tail(q[h], key(t + j), dim4, head_dim, scores[h][t + j]);
+    }
+  }
+  for (; t < n; ++t) {
+    for (int h = 0; h < kHeads; ++h) {
+      v128_t acc = wasm_f32x4_splat(0.0f);
+      for (int d = 0; d < dim4; d += 4) acc = wasm_f32x4_add(acc, wasm_f32x4_mul(simd::load(q[h] + d), simd::load(key(t) + d)));
+      scores[h][t] = dot_tail(q[h], key(t), dim4, head_dim, simd::sum_f32(acc));
+    }
+  }
+}
+
+// sum[h] += sum_t weights[h][t] * v_t for kHeads heads over the n values at
+// `values`, kVectors * 4 floats from d0, kept in registers across the keys.
+template <int kHeads, int kVectors>
+void add_weighted_values_at(const float* const weights[kHeads], const float* values, int n, int head_dim, int d0,
+                            float* const sum[kHeads]) {
+  v128_t acc[kHeads][kVectors];
+  for (int h = 0; h < kHeads; ++h) {
+    for (int j = 0; j < kVectors; ++j) acc[h][j] = simd::load(sum[h] + d0 + 4 * j);
+  }
+  const float* v = values + d0;
+  for (int t = 0; t < n; ++t, v += head_dim) {
+    v128_t x[kVectors];
+    for (int j = 0; j < kVectors; ++j) x[j] = simd::load(v + 4 * j);
+    for (int h = 0; h < kHeads; ++h) {
+      const v128_t w = wasm_f32x4_splat(weights[h][t]);
+      for (int j = 0; j < kVectors; ++j) acc[h][j] = wasm_f32x4_add(acc[h][j], wasm_f32x4_mul(w, x[j]));
+    }
+  }
+  for (int h = 0; h < kHeads; ++h) {
+    for (int j = 0; j < kVectors; ++j) simd::store(sum[h] + d0 + 4 * j, acc[h][j]);
+  }
+}
+
+template <int kHeads>
+void add_weighted_values(const float* const weights[kHeads], const float* values, int n, int head_dim,
+                         float* const sum[kHeads]) {
+  const int dim4 = head_dim & ~3, dim16 = head_dim & ~15;
+  int d = 0;
+  for (; d < dim16; d += 16) add_weighted_values_at<kHeads, 4>(weights, values, n, head_dim, d, sum);
+  for (; d < dim4; d += 4) add_weighted_values_at<kHeads, 1>(weights, values, n, head_dim, d, sum);
+  for (; d < head_dim; ++d) {
+    for (int h = 0; h < kHeads; ++h) {
+      for (int t = 0; t < n; ++t) sum[h][d] += weights[h][t] * values[static_cast<size_t>(t) * static_cast<size_t>(head_dim) + static_cast<size_t>(d)];
+    }
+  }
+}
+
+// x[t] = e^(x[t] - max) for t < n; returns their sum (four lanes, then
+// the last few).
+float exp_minus_and_sum(float* x, int n, float max) {
+  const v128_t max4 = wasm_f32x4_splat(max);
+  v128_t sum4 = wasm_f32x4_splat(0.0f);
+  int t = 0;
+  for (; t + 4 <= n; t += 4) {
+    const v128_t e = simd::exp_f32x4(wasm_f32x4_sub(simd::load(x + t), max4));
+    simd::store(x + t, e);
+    sum4 = wasm_f32x4_add(sum4, e);
+  }
+  float sum = simd::sum_f32(sum4);
+  if (t < n) {
+    alignas(16) float lanes[4] = {max, max, max, max};
+    std::copy(x + t, x + n, lanes);
+    simd::store(lanes, simd::exp_f32x4(wasm_f32x4_sub(simd::load(lanes), max4)));
+    for (int i = 0; t + i < n; ++i) {
+      x[t + i] = lanes[i];
+      sum += lanes[i];
+    }
+  }
+  return sum;
+}
+
+// The online softmax's step for one head and one tile: scores (n of them,
+// raw) become weights, the head's state (maximum, sum, weighted values) is
+// rescaled where the tile raises its maximum.
+void softmax_tile_step(float* scores, int n, const AttentionShape& shape, float* state) {
+  scale_in_place(scores, n, shape.scale);
+  if (shape.softcap > 0) softcap(scores, n, shape.softcap);
+  v128_t max4 = wasm_f32x4_splat(-INFINITY);
+  int t = 0;
+  for (; t + 4 <= n; t += 4) max4 = wasm_f32x4_max(max4, simd::load(scores + t));
+  float tile_max = simd::max_f32(max4);
+  for (; t < n; ++t) tile_max = std::max(tile_max, scores[t]);
+  if (tile_max > state[0]) {
+    // 0 before the first key (the maximum was -infinity).
+    const float rescale = state[0] == -INFINITY ? 0.0f : wasm_f32x4_extract_lane(simd::exp_f32x4(wasm_f32x4_splat(state[0] - tile_max)), 0);
+    state[1] *= rescale;
+    scale_in_place(state + 2, shape.head_dim, rescale);
+    state[0] = tile_max;
+  }
+  state[1] += exp_minus_and_sum(scores, n, state[0]);
+}
+
+// Every head of KV head `kv_head` for positions [p0, p1) (at most
+// kQueryTile), as ggml's tiled flash attention computes them: the query in
+// floats, keys and values converted to floats a tile of kKeyTile at a time,
+// each tile's scores through an online softmax (a running maximum and sum,
+// rescaled where the maximum rises), the weighted sum of values in floats.
+template <class T>
+void attend_tiled_task(const float* q, int p0, int p1, int start_pos, int kv_head, const KvCache& cache, int layer,
+                       const AttentionShape& shape, float* out, float* scratch) {
+  const int head_dim = shape.head_dim;
+  const int group = shape.n_heads / shape.n_kv_heads;
+  const int kv_offset = kv_head * head_dim;
+  const size_t dim = static_cast<size_t>(shape.n_heads) * static_cast<size_t>(head_dim);
+  float* keys = scratch;
+  float* values = keys + static_cast<size_t>(kKeyTile) * static_cast<size_t>(head_dim);
+  float* scores = values + static_cast<size_t>(kKeyTile) * static_cast<size_t>(head_dim);
+  float* state = scores + 2 * kKeyTile;  // two heads' scores; then per query: maximum, sum, then head_dim floats of weighted values
+  const size_t state_floats = static_cast<size_t>(head_dim) + 2;
+  const int n_queries = (p1 - p0) * group;
+  for (int i = 0; i < n_queries; ++i) {
+    float* s = state + static_cast<size_t>(i) * state_floats;
+    s[0] = -INFINITY;
+    s[1] = 0.0f;
+    std::fill(s + 2, s + state_floats, 0.0f);
+  }
+  const int lowest = shape.first_position(p0);
+  for (int tile = lowest / kKeyTile * kKeyTile; tile < p1; tile += kKeyTile) {
+    const int from = std::max(tile, lowest), to = std::min(tile + kKeyTile, p1);
+    rows_to_floats<T, false>(cache, layer, kv_offset, head_dim, tile, from, to, keys);
+    rows_to_floats<T, true>(cache, layer, kv_offset, head_dim, tile, from, to, values);
+    for (int p = p0; p < p1; ++p) {
+      // The keys of this tile position p sees.
+      const int a = std::max(from, shape.first_position(p)), b = std::min(to, p + 1);
+      if (a >= b) continue;
+      const int n = b - a;
+      const float* tile_keys = keys + static_cast<size_t>(a - tile) * static_cast<size_t>(head_dim);
+      const float* tile_values = values + static_cast<size_t>(a - tile) * static_cast<size_t>(head_dim);
+      // The heads in pairs: they share each key's and value's loads.
+      for (int g = 0; g < group; g += 2) {
+        const int heads = std::min(2, group - g);
+        const float* qh[2];
+        float* head_scores[2];
+        float* head_state[2];
+        float* head_sums[2];
+        for (int i = 0; i < heads; ++i) {
+          const int h = kv_head * group + g + i;
+          qh[i] = q + static_cast<size_t>(p - start_pos) * dim + static_cast<size_t>(h) * static_cast<size_t>(head_dim);
+          head_scores[i] = scores + i * kKeyTile;
+          head_state[i] = state + static_cast<size_t>((p - p0) * group + g + i) * state_floats;
+          head_sums[i] = head_state[i] + 2;
+        }
+        if (heads == 2) {
+          tile_scores<2>(qh, tile_keys, n, head_dim, head_scores);
+        } else {
+          tile_scores<1>(qh, tile_keys, n, head_dim, head_scores);
+        }
+        for (int i = 0; i < heads; ++i) softmax_tile_step(head_scores[i], n, shape, head_state[i]);
+        if (heads == 2) {
+          add_weighted_values<2>(head_scores, tile_values, n, head_dim, head_sums);
+        } else {
+          add_weighted_values<1>(head_scores, tile_values, n, head_dim, head_sums);
+        }
+      }
+    }
+  }
+  for (int p = p0; p < p1; ++p) {
+    for (int g = 0; g < group; ++g) {
+      const int h = kv_head * group + g;
+      const float* s = state + static_cast<size_t>((p - p0) * group + g) * state_floats;
+      float* o = out + static_cast<size_t>(p - start_pos) * dim + static_cast<size_t>(h) * static_cast<size_t>(head_dim);
+      const float inverse = s[1] == 0.0f ? 0.0f : 1.0f / s[1];
+      for (int d = 0; d < head_dim; ++d) o[d] = s[2 + d] * inverse;
+    }
+  }
+}
+
+void attention_tiled(const float* q, int n, int start_pos, const KvCache& cache, int layer,
+                     const AttentionShape& shape, float* out, ThreadPool& pool, std::vector<float>& scratch) {
+  const size_t per_thread = tiled_scratch_floats(shape);
+  scratch.resize(static_cast<size_t>(pool.size()) * per_thread);
+  // Tasks: a KV head's heads for up to kQueryTile positions, fewer while that
+  // leaves fewer than two tasks per thread.
+  int positions = kQueryTile;
+  const auto tasks_for = [&](int per_task) {
+    return static_cast<size_t>((n + per_task - 1) / per_task) * static_cast<size_t>(shape.n_kv_heads);
+  };
+  while (positions > 1 && tasks_for(positions) < 2 * static_cast<size_t>(pool.size())) positions /= 2;
+  const int per_kv_head = (n + positions - 1) / positions;
+  pool.parallel_for(tasks_for(positions), 1, [&](size_t begin, size_t end, int thread) {
+    float* own = &scratch[static_cast<size_t>(thread) * per_thread];
+    for (size_t task = begin; task < end; ++task) {
+      const int kv_head = static_cast<int>(task) / per_kv_head;
+      const int p0 = start_pos + static_cast<int>(task) % per_kv_head * positions;
+      const int p1 = std::min(p0 + positions, start_pos + n);
+      if (cache.type() == KvCacheType::kF32) {
+        attend_tiled_task<float>(q, p0, p1, start_pos, kv_head, cache, layer, shape, out, own);
+      } else {
+        attend_tiled_task<uint16_t>(q, p0, p1, start_pos, kv_head, cache, layer, shape, out, own);
+      }
+    }
+  });
+}
+
 template <class T>
 void attend_reference_typed(const float* q, int pos, int head, const KvCache& cache, int layer,
-                            const AttentionShape& shape, float* out, float* scores) {
+                            const AttentionShape& shape, float* out, float* scores, bool round_query) {
   const int head_dim = shape.head_dim;
   const int kv_offset = (head / (shape.n_heads / shape.n_kv_heads)) * head_dim;
   const int first = shape.first_position(pos);
   const int span = pos + 1 - first;
   auto query = [&](int d) {
-    return std::is_same_v<T, uint16_t> ? fp16_to_float(float_to_fp16(q[d])) : q[d];
+    return round_query ? fp16_to_float(float_to_fp16(q[d])) : q[d];
   };
   for (int t = 0; t < span; ++t) {
     const T* k = cache.key<T>(layer, first + t) + kv_offset;
@@ -282,21 +539,30 @@ void attend_reference_typed(const float* q, int pos, int head, const KvCache& ca
 }  // namespace
 
 void attend_reference(const float* q, int pos, int head, const KvCache& cache, int layer,
-                      const AttentionShape& shape, float* out, float* scores) {
+                      const AttentionShape& shape, float* out, float* scores, AttentionPath path) {
   if (cache.type() == KvCacheType::kF16) {
-    attend_reference_typed<uint16_t>(q, pos, head, cache, layer, shape, out, scores);
+    attend_reference_typed<uint16_t>(q, pos, head, cache, layer, shape, out, scores,
+                                     path == AttentionPath::kOneChunk);
   } else {
-    attend_reference_typed<float>(q, pos, head, cache, layer, shape, out, scores);
+    attend_reference_typed<float>(q, pos, head, cache, layer, shape, out, scores, false);
   }
 }
 
+size_t attention_scratch_floats(const AttentionShape& shape, int context_length, int threads) {
+  const int group = std::min(shape.n_heads / shape.n_kv_heads, kMaxGroup);
+  const size_t one_chunk = static_cast<size_t>(group + 1) * static_cast<size_t>(context_length);
+  return std::max(one_chunk, tiled_scratch_floats(shape)) * static_cast<size_t>(threads);
+}
+
 void attention(const float* q, int n, int start_pos, const KvCache& cache, int layer,
-               const AttentionShape& shape, float* out, ThreadPool& pool, std::vector<float>& scratch) {
+               const AttentionShape& shape, float* out, ThreadPool& pool, std::vector<float>& scratch,
+               AttentionPath path) {
   if (shape.head_dim > kMaxHeadDim) {
     throw Error(ErrorKind::kUnsupported, "attention heads of " + std::to_string(shape.head_dim) +
                                              " elements are larger than the " + std::to_string(kMaxHeadDim) +
                                              " this engine supports");
   }
+  if (path == AttentionPath::kTiled) return attention_tiled(q, n, start_pos, cache, layer, shape, out, pool, scratch);
   const int dim = shape.n_heads * shape.head_dim;
   const auto span = static_cast<size_t>(start_pos + n);
   // A task: a position's heads that share a KV head, at most kMaxGroup of

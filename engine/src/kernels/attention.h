@@ -5,15 +5,20 @@
 // t <= pos (and t > pos - window for a sliding-window layer), and cap is the
 // identity or Gemma 2's soft-cap, c * tanh(x / c).
 //
-// With an F16 cache the query is rounded to F16 too, as ggml does for an F16
-// key (the products are then exact in float); scores and the weighted sum of
-// values are float.
+// Two paths, llama.cpp's two (AttentionPath below), which differ in their
+// rounding: the one-chunk path takes one query at a time (with an F16 cache
+// the query rounded to F16, the weighted sum of values kept in half floats);
+// the tiled path, for a batch of queries, keeps floats throughout, with the
+// keys and values converted a tile at a time for every query of a task.
 //
 // Each (position, head) is computed with a fixed order of operations of its
-// own, so the result does not depend on the batch or thread count. Heads
-// that share a KV head go through the keys together, so that each key is
-// read and converted once for all of them; then each head's weighted sum of
-// values goes through them 16 elements at a time, kept in registers.
+// own on either path, so the result does not depend on the batch, the chunk
+// or the thread count. On the one-chunk path, heads that share a KV head go
+// through the keys together, so that each key is read and converted once
+// for all of them; then each head's weighted sum of values goes through them
+// 16 elements at a time, kept in registers. On the tiled path, a task takes
+// a KV head's heads for a few positions: each tile of keys and values is
+// converted once for all of them, and heads go in pairs through it.
 #pragma once
 
 #include <vector>
@@ -36,16 +41,33 @@ struct AttentionShape {
   int first_position(int pos) const { return window > 0 && pos >= window ? pos - window + 1 : 0; }
 };
 
-// One head of one position, in double precision: the tests' reference.
+// How llama.cpp's CPU flash attention (its default) computes a batch of
+// queries, by their number: fewer than kTiledMinQueries take its one-chunk
+// path, one query at a time (with an F16 cache the query rounded to F16 and
+// the weighted sum of values kept in half floats, rounded after every key);
+// at least that many its tiled path (everything in floats, keys and values
+// converted a tile at a time). The caller chooses, so that a prompt's result
+// does not depend on how it is split into chunks.
+enum class AttentionPath { kOneChunk, kTiled };
+inline constexpr int kTiledMinQueries = 64;  // ggml's GGML_FA_TILE_Q
+
+// One head of one position, in double precision: the tests' reference. The
+// query is rounded to F16 for an F16 cache on the one-chunk path, as there.
 // `scores` has room for pos + 1 floats.
 void attend_reference(const float* q, int pos, int head, const KvCache& cache, int layer,
-                      const AttentionShape& shape, float* out, float* scores);
+                      const AttentionShape& shape, float* out, float* scores,
+                      AttentionPath path = AttentionPath::kOneChunk);
+
+// The floats attention()'s `scratch` grows to at most, for positions up to
+// `context_length` and `threads` threads.
+size_t attention_scratch_floats(const AttentionShape& shape, int context_length, int threads);
 
 // Every head of positions start_pos .. start_pos + n - 1, whose queries are
 // the rows of q (n x n_heads * head_dim) and whose keys and values are already
 // in the cache; writes the rows of out alike. Spreads (position, head) pairs
 // over the pool when there is enough work; `scratch` holds per-thread scores.
 void attention(const float* q, int n, int start_pos, const KvCache& cache, int layer,
-               const AttentionShape& shape, float* out, ThreadPool& pool, std::vector<float>& scratch);
+               const AttentionShape& shape, float* out, ThreadPool& pool, std::vector<float>& scratch,
+               AttentionPath path = AttentionPath::kOneChunk);
 
 }  // namespace sipllm

@@ -958,6 +958,7 @@ TEST(KernelsAttention, MatchesReferenceAndIsBatchAndThreadInvariant) {
     float softcap;
     int window;
   };
+  for (const AttentionPath path : {AttentionPath::kOneChunk, AttentionPath::kTiled})
   for (const KvCacheType type : {KvCacheType::kF16, KvCacheType::kF32})
   for (const Shape s : {Shape{9, 3, 64}, Shape{8, 4, 8}, Shape{2, 1, 6}, Shape{14, 2, 64}})
   for (const Variant variant : {Variant{0, 0}, Variant{5.0f, 0}, Variant{0, 8}, Variant{3.0f, 33}}) {
@@ -977,26 +978,28 @@ TEST(KernelsAttention, MatchesReferenceAndIsBatchAndThreadInvariant) {
     ThreadPool one(1), three(3);
     std::vector<float> scratch;
     std::vector<float> batch(q.size()), batch3(q.size());
-    attention(q.data(), n, 0, cache, 1, shape, batch.data(), one, scratch);
-    attention(q.data(), n, 0, cache, 1, shape, batch3.data(), three, scratch);
+    attention(q.data(), n, 0, cache, 1, shape, batch.data(), one, scratch, path);
+    attention(q.data(), n, 0, cache, 1, shape, batch3.data(), three, scratch, path);
     EXPECT_TRUE(same_bits(batch, batch3));
 
     std::vector<float> scores(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
       std::vector<float> single(static_cast<size_t>(dim));
-      attention(q.data() + static_cast<size_t>(i) * dim, 1, i, cache, 1, shape, single.data(), three, scratch);
+      attention(q.data() + static_cast<size_t>(i) * dim, 1, i, cache, 1, shape, single.data(), three, scratch, path);
       ASSERT_TRUE(same_bits(single, std::vector<float>(batch.begin() + static_cast<long>(i) * dim,
                                                        batch.begin() + static_cast<long>(i + 1) * dim)))
           << "position " << i;
       for (int h = 0; h < s.heads; ++h) {
         std::vector<float> ref(static_cast<size_t>(s.head_dim));
         const size_t offset = static_cast<size_t>(i) * dim + static_cast<size_t>(h) * s.head_dim;
-        attend_reference(q.data() + offset, i, h, cache, 1, shape, ref.data(), scores.data());
+        attend_reference(q.data() + offset, i, h, cache, 1, shape, ref.data(), scores.data(), path);
         for (int d = 0; d < s.head_dim; ++d) {
-          // An F16 cache sums the values in half floats, as ggml does.
-          ASSERT_NEAR(batch[offset + static_cast<size_t>(d)], ref[static_cast<size_t>(d)],
-                      type == KvCacheType::kF16 ? 1e-2 : 2e-5)
-              << "position " << i << ", head " << h << ", element " << d << ", window " << variant.window;
+          // With an F16 cache the one-chunk path sums the values in half
+          // floats, as ggml does; the tiled path keeps floats.
+          const double tolerance = type == KvCacheType::kF16 && path == AttentionPath::kOneChunk ? 1e-2 : 2e-5;
+          ASSERT_NEAR(batch[offset + static_cast<size_t>(d)], ref[static_cast<size_t>(d)], tolerance)
+              << "position " << i << ", head " << h << ", element " << d << ", window " << variant.window
+              << (path == AttentionPath::kTiled ? ", tiled" : "");
         }
       }
     }

@@ -117,7 +117,7 @@ void KernelWarmUp::run_round(ThreadPool& pool, const std::function<bool()>& stop
   shape.head_dim = shape_.head_dim;
   shape.scale = shape_.attention_scale;
   shape.softcap = shape_.attn_softcap;
-  attention(q_.data(), kPositions, 0, cache_, 0, shape, att_out_.data(), pool, scores_);
+  attention(q_.data(), kPositions, 0, cache_, 0, shape, att_out_.data(), pool, scores_, AttentionPath::kTiled);
   attention(q_.data(), 1, kPositions - 1, cache_, 0, shape, att_out_.data(), pool, scores_);
   if (!embd_row_.empty()) {
     dequantize_row(embd_type_, embd_row_.data(), x_.data(), static_cast<size_t>(dim));

@@ -62,10 +62,10 @@ TEST(SlidingWindow, SlidingLayersKeepOnlyWhatTheirWindowNeeds) {
 
 TEST(SlidingWindow, ReuseStopsWhereTheRingHasLostTheKeysTheNextPositionNeeds) {
   EngineOptions options;
-  options.prefill_chunk = 64;  // sliding layers keep the last 71 positions
+  options.prefill_chunk = 16;  // sliding layers keep the last 23 positions
   auto engine = Engine::open(open_file_source(gemma3_fixture()), options);
   auto fresh = Engine::open(open_file_source(gemma3_fixture()), options);
-  const std::vector<int32_t> tokens = long_sequence(*engine, 200);
+  const std::vector<int32_t> tokens = long_sequence(*engine, 60);
   auto edit_at = [&](size_t at) {
     std::vector<int32_t> edited(tokens.begin(), tokens.begin() + static_cast<long>(at));
     edited.push_back(tokens[at] == 300 ? 301 : 300);
@@ -77,12 +77,13 @@ TEST(SlidingWindow, ReuseStopsWhereTheRingHasLostTheKeysTheNextPositionNeeds) {
     const GenerationStats s = engine->generate_tokens(edited, test::greedy(1), [](const TokenEvent&) { return true; });
     return s.reused_tokens;
   };
-  // Position 150 attends to 143..150; the ring still holds 129..199: reused.
-  EXPECT_EQ(reused(edit_at(150)), 150);
-  // Position 100 would need 93..99, long overwritten: everything runs again.
-  EXPECT_EQ(reused(edit_at(100)), 0);
-  // Either way the result is the fresh one.
-  for (size_t at : {150u, 100u}) {
+  // Position 50 attends to 43..50; the ring still holds 37..59: reused.
+  EXPECT_EQ(reused(edit_at(50)), 50);
+  // Position 30 would need 23..29, long overwritten: everything runs again.
+  EXPECT_EQ(reused(edit_at(30)), 0);
+  // Either way the result is the fresh one (prompts shorter than
+  // kTiledMinQueries: every position attends as one decoded alone would).
+  for (size_t at : {50u, 30u}) {
     const std::vector<int32_t> edited = edit_at(at);
     engine->reset();
     engine->evaluate(tokens);

@@ -57,7 +57,11 @@ uint64_t Transformer::working_bytes(const ModelDescription& model, int prefill_c
   // 32 at most, a sum per 32.
   const uint64_t widest = static_cast<uint64_t>(std::max({s.dim, s.q_dim(), s.hidden_dim}));
   const uint64_t quantized_per_position = 2 * (widest * 2 + widest / 32 * 8);
-  const uint64_t scores = static_cast<uint64_t>(threads) * static_cast<uint64_t>(s.context_length) * 4;
+  AttentionShape attention_shape;
+  attention_shape.n_heads = s.n_heads;
+  attention_shape.n_kv_heads = s.n_kv_heads;
+  attention_shape.head_dim = s.head_dim;
+  const uint64_t scores = attention_scratch_floats(attention_shape, s.context_length, threads) * 4;
   return chunk * (floats_per_position * 4 + quantized_per_position) + scores + static_cast<uint64_t>(s.n_vocab) * 4;
 }
 
@@ -103,7 +107,7 @@ void Transformer::prefill(const int32_t* tokens, int n, int start_pos, KvCache& 
     loader_.claim(cache.growth_bytes(pos0 + m));  // may make resident weights stream instead
     cache.reserve(pos0 + m);
 
-    forward_rows(tokens + first, {Segment{0, m, pos0, &cache}});
+    forward_rows(tokens + first, {Segment{0, m, pos0, &cache, n}});
 
     if (all_positions) {
       run_head(0, m, &logits[static_cast<size_t>(first) * vocab]);
@@ -172,7 +176,7 @@ void Transformer::hidden_states(const std::vector<Sequence>& sequences, std::vec
         const int n = end - begin == 1 ? std::min(chunk_rows, seq.n - first) : seq.n;
         const int from = end - begin == 1 ? first : 0;
         seq.cache->reserve(from + n);
-        segments.push_back(Segment{static_cast<int>(tokens.size()), n, from, seq.cache});
+        segments.push_back(Segment{static_cast<int>(tokens.size()), n, from, seq.cache, seq.n});
         tokens.insert(tokens.end(), seq.tokens + from, seq.tokens + from + n);
       }
       plan.clear();
@@ -265,7 +269,7 @@ void Transformer::run_block(int layer, const UnitWeights& w, int n, const std::v
   for (const Segment& seg : segments) {
     const size_t offset = static_cast<size_t>(seg.first_row) * static_cast<size_t>(q_dim);
     attention(q_.data() + offset, seg.n, seg.start_pos, *seg.cache, layer, shape, att_out_.data() + offset, pool_,
-              scores_);
+              scores_, seg.batch >= kTiledMinQueries ? AttentionPath::kTiled : AttentionPath::kOneChunk);
   }
   activations_.reset(att_out_.data(), n, q_dim);
   matmul(w.attn_output, activations_, proj_.data(), pool_);

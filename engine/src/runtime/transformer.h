@@ -5,8 +5,12 @@
 // prefill() is layer-major: for each block it acquires the block's weights
 // once and sweeps every position of the chunk through it, then releases it.
 // Position i of a chunk runs after positions 0..i-1 of the same block, so the
-// keys and values it attends over are already in the cache: causality holds
-// and each position computes exactly what a one-token-at-a-time pass would.
+// keys and values it attends over are already in the cache: causality holds.
+// Attention follows llama.cpp, whose arithmetic depends on how many queries a
+// batch has (AttentionPath): a prefill of at least kTiledMinQueries tokens
+// attends with its tiled path, whatever the chunks it is split into (so the
+// memory budget changes nothing), a shorter one and each generated token one
+// position at a time, which a one-token-at-a-time pass computes exactly.
 #pragma once
 
 #include <cstdint>
@@ -63,12 +67,14 @@ class Transformer {
 
  private:
   // Rows [first_row, first_row + n) of a batch: positions start_pos.. of
-  // the sequence whose keys and values `cache` keeps.
+  // the sequence whose keys and values `cache` keeps, attended as llama.cpp
+  // would a batch of `batch` queries (the whole prefill the chunk is part of).
   struct Segment {
     int first_row;
     int n;
     int start_pos;
     KvCache* cache;
+    int batch;
   };
   // Embeds the batch's tokens and runs every block over it.
   void forward_rows(const int32_t* tokens, const std::vector<Segment>& segments);
