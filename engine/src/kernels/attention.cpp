@@ -263,8 +263,8 @@ constexpr int kKeyTile = 64;
 constexpr int kQueryTile = 16;
 
 // Floats of a thread's scratch for the tiled path: a tile of keys and one
-// of values as floats, a query's scores, and per query (position and head of
-// a task) its running maximum, sum and weighted sum of values.
+// of values as floats, two heads' scores, and per query (position and head
+// of a task) its running maximum, sum and weighted sum of values.
 size_t tiled_scratch_floats(const AttentionShape& shape) {
   const auto dim = static_cast<size_t>(shape.head_dim);
   const auto queries = static_cast<size_t>(kQueryTile) * static_cast<size_t>(shape.n_heads / shape.n_kv_heads);
@@ -318,7 +318,9 @@ void tile_scores(const float* const q[kHeads], const float* keys, int n, int hea
   for (; t < n; ++t) {
     for (int h = 0; h < kHeads; ++h) {
       v128_t acc = wasm_f32x4_splat(0.0f);
-      for (int d = 0; d < dim4; d += 4) acc = wasm_f32x4_add(acc, wasm_f32x4_mul(simd::load(q[h] + d), simd::load(key(t) + d)));
+      for (int d = 0; d < dim4; d += 4) {
+        acc = wasm_f32x4_add(acc, wasm_f32x4_mul(simd::load(q[h] + d), simd::load(key(t) + d)));
+      }
       scores[h][t] = dot_tail(q[h], key(t), dim4, head_dim, simd::sum_f32(acc));
     }
   }
@@ -356,7 +358,7 @@ void add_weighted_values(const float* const weights[kHeads], const float* values
   for (; d < dim4; d += 4) add_weighted_values_at<kHeads, 1>(weights, values, n, head_dim, d, sum);
   for (; d < head_dim; ++d) {
     for (int h = 0; h < kHeads; ++h) {
-      for (int t = 0; t < n; ++t) sum[h][d] += weights[h][t] * values[static_cast<size_t>(t) * static_cast<size_t>(head_dim) + static_cast<size_t>(d)];
+      for (int t = 0; t < n; ++t) sum[h][d] += weights[h][t] * values[static_cast<size_t>(t * head_dim + d)];
     }
   }
 }
@@ -397,8 +399,10 @@ void softmax_tile_step(float* scores, int n, const AttentionShape& shape, float*
   float tile_max = simd::max_f32(max4);
   for (; t < n; ++t) tile_max = std::max(tile_max, scores[t]);
   if (tile_max > state[0]) {
-    // 0 before the first key (the maximum was -infinity).
-    const float rescale = state[0] == -INFINITY ? 0.0f : wasm_f32x4_extract_lane(simd::exp_f32x4(wasm_f32x4_splat(state[0] - tile_max)), 0);
+    // 0 before the first key (the maximum was -infinity; exp_f32x4 would
+    // give the smallest normal float).
+    const v128_t rise = simd::exp_f32x4(wasm_f32x4_splat(state[0] - tile_max));
+    const float rescale = state[0] == -INFINITY ? 0.0f : wasm_f32x4_extract_lane(rise, 0);
     state[1] *= rescale;
     scale_in_place(state + 2, shape.head_dim, rescale);
     state[0] = tile_max;
@@ -421,7 +425,9 @@ void attend_tiled_task(const float* q, int p0, int p1, int start_pos, int kv_hea
   float* keys = scratch;
   float* values = keys + static_cast<size_t>(kKeyTile) * static_cast<size_t>(head_dim);
   float* scores = values + static_cast<size_t>(kKeyTile) * static_cast<size_t>(head_dim);
-  float* state = scores + 2 * kKeyTile;  // two heads' scores; then per query: maximum, sum, then head_dim floats of weighted values
+  // After two heads' scores, per query: its maximum, its sum, its weighted
+  // sum of values (head_dim floats).
+  float* state = scores + 2 * kKeyTile;
   const size_t state_floats = static_cast<size_t>(head_dim) + 2;
   const int n_queries = (p1 - p0) * group;
   for (int i = 0; i < n_queries; ++i) {
@@ -451,7 +457,7 @@ void attend_tiled_task(const float* q, int p0, int p1, int start_pos, int kv_hea
         float* head_sums[2];
         for (int i = 0; i < heads; ++i) {
           const int h = kv_head * group + g + i;
-          qh[i] = q + static_cast<size_t>(p - start_pos) * dim + static_cast<size_t>(h) * static_cast<size_t>(head_dim);
+          qh[i] = q + static_cast<size_t>(p - start_pos) * dim + static_cast<size_t>(h * head_dim);
           head_scores[i] = scores + i * kKeyTile;
           head_state[i] = state + static_cast<size_t>((p - p0) * group + g + i) * state_floats;
           head_sums[i] = head_state[i] + 2;
@@ -474,7 +480,7 @@ void attend_tiled_task(const float* q, int p0, int p1, int start_pos, int kv_hea
     for (int g = 0; g < group; ++g) {
       const int h = kv_head * group + g;
       const float* s = state + static_cast<size_t>((p - p0) * group + g) * state_floats;
-      float* o = out + static_cast<size_t>(p - start_pos) * dim + static_cast<size_t>(h) * static_cast<size_t>(head_dim);
+      float* o = out + static_cast<size_t>(p - start_pos) * dim + static_cast<size_t>(h * head_dim);
       const float inverse = s[1] == 0.0f ? 0.0f : 1.0f / s[1];
       for (int d = 0; d < head_dim; ++d) o[d] = s[2 + d] * inverse;
     }
