@@ -78,8 +78,10 @@ struct EngineOptions {
   // Prompt positions swept through each block per load; bounds activation
   // scratch. Each chunk streams each block once.
   int prefill_chunk = 512;
-  // false: run the prompt one token at a time (streams the model per token);
-  // only for comparison in benchmarks.
+  // false: run the prompt one token at a time (streams the model per token;
+  // each token attends as a generated one does, so a prompt of 64 tokens or
+  // more rounds differently: see the README); only for comparison in
+  // benchmarks.
   bool layer_major_prefill = true;
   // 0: the model's own. It also picks Phi-3's long or short rope factors, as
   // llama.cpp picks them by its context size.
