@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 namespace sipllm::simd {
 
@@ -141,6 +142,7 @@ inline constexpr bool kByteDot = false;
 #endif
 #if !defined(__EMSCRIPTEN__) && ((defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__))
 #define SIPLLM_VNNI 1
+inline constexpr bool kVnni = true;
 // acc plus, per i32 lane, the four products of u's unsigned bytes with x's
 // signed bytes (vpdpbusd, in its EVEX or VEX form).
 inline __m128i dpbusd(__m128i acc, __m128i u, __m128i x) {
@@ -150,7 +152,53 @@ inline __m128i dpbusd(__m128i acc, __m128i u, __m128i x) {
   return _mm_dpbusd_avx_epi32(acc, u, x);
 #endif
 }
+#else
+inline constexpr bool kVnni = false;
 #endif
+
+// Whether the 8-bit dot product is exact for unsigned bytes of any value, as
+// vpdpbusd is: then signed bytes times signed bytes go through it too
+// (dot_u8i8x16_add), and products are added into int32 lanes directly
+// (LaneDots). Natively that is VNNI, known when compiling. Relaxed SIMD
+// leaves it to the engine: where the second operand's top bit is set, its
+// bytes may be read as signed or unsigned, and the int16 pairs may
+// saturate. V8 on an x86 CPU with AVX-VNNI emits vpdpbusd (unsigned, exact,
+// one instruction with the add; in Chromium on such a CPU the Q8_0 kernel
+// ran 16-30 % faster through it); elsewhere it emits pmaddubsw (pairs
+// saturate) or, on ARM, reads the bytes as signed. The proposal makes an
+// engine's choice the same throughout an execution, so one probe, of the
+// values that tell the three apart, answers for every kernel.
+#if defined(__wasm_relaxed_simd__)
+inline bool exact_byte_dot() {
+  // 127 and -127 times 255: 4 * 255 * 127 in every lane where it is exact;
+  // 2 * 32767 where pairs saturate; -4 * 127 where the bytes are signed.
+  static const bool exact = [] {
+    const v128_t all_ones = opaque(wasm_i8x16_splat(-1)), zero = wasm_i32x4_splat(0);
+    const v128_t high = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(opaque(wasm_i8x16_splat(127)), all_ones, zero);
+    const v128_t low = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(opaque(wasm_i8x16_splat(-127)), all_ones, zero);
+    return wasm_i32x4_all_true(wasm_i32x4_eq(high, wasm_i32x4_splat(4 * 255 * 127))) &&
+           wasm_i32x4_all_true(wasm_i32x4_eq(low, wasm_i32x4_splat(-4 * 255 * 127)));
+  }();
+  return exact;
+}
+#else
+constexpr bool exact_byte_dot() { return kVnni; }
+#endif
+// f(std::true_type{}) where exact_byte_dot(), else f(std::false_type{}):
+// a kernel instantiated for both, chosen once per call.
+template <class F>
+void with_exact_byte_dot(F&& f) {
+#if defined(__wasm_relaxed_simd__)
+  if (exact_byte_dot()) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
+#else
+  f(std::bool_constant<exact_byte_dot()>{});
+#endif
+}
+
 inline v128_t dot_u7x16_add(v128_t u, const int8_t* x8, const int16_t* x16, v128_t acc) {
 #if defined(__wasm_relaxed_simd__)
   (void)x16;
@@ -208,21 +256,18 @@ inline v128_t dot_u6x16_add(v128_t u, const int8_t* x8, const int16_t* x16, v128
 }
 
 // acc plus the 16 products u[i] * s[i] of unsigned and signed bytes (any
-// values); lanes spread as in dot_u7x16_add. Natively with VNNI that is one
-// vpdpbusd, and kSignedByteDot is true: signed bytes times signed bytes then
-// go through it too, one side shifted to unsigned (x + 128, which
-// shift_to_unsigned computes by flipping the sign bit) and 128 times the
-// other side's sum taken away. Without VNNI both are widened to int16 here,
-// which costs more than kernels that widen a weight once for several
-// positions: they take this path only where kSignedByteDot says it is the
-// fast one.
-#if defined(SIPLLM_VNNI)
-inline constexpr bool kSignedByteDot = true;
-#else
-inline constexpr bool kSignedByteDot = false;
-#endif
+// values); lanes spread as in dot_u7x16_add. Where exact_byte_dot() that is
+// one instruction (vpdpbusd, or relaxed SIMD's dot product, which is exact
+// only there), and signed bytes times signed bytes go through it too, one
+// side shifted to unsigned (x + 128, which shift_to_unsigned computes by
+// flipping the sign bit) and 128 times the other side's sum taken away.
+// Otherwise both are widened to int16 here, which costs more than kernels
+// that widen a weight once for several positions: they take this path only
+// where exact_byte_dot() says it is the fast one.
 inline v128_t dot_u8i8x16_add(v128_t u, v128_t s, v128_t acc) {
-#if defined(SIPLLM_VNNI)
+#if defined(__wasm_relaxed_simd__)
+  return wasm_i32x4_relaxed_dot_i8x16_i7x16_add(s, u, acc);
+#elif defined(SIPLLM_VNNI)
   return simde_v128_from_m128i(dpbusd(simde_v128_to_m128i(acc), simde_v128_to_m128i(u), simde_v128_to_m128i(s)));
 #else
   return wasm_i32x4_add(acc, wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_u16x8_extend_low_u8x16(u), wasm_i16x8_extend_low_i8x16(s)),
@@ -237,17 +282,23 @@ inline v128_t dot_u8i8x16_add(v128_t u, v128_t s, v128_t acc) {
 // 8-bit dot product gives int16 pairs (relaxed SIMD, SSSE3), they are added
 // as int16 and widened once in sum(): at most kPairs adds, so that nothing
 // overflows (kPairs * 4 * kMaxLevel * 128 < 2^15) and relaxed SIMD's result
-// is the same on every platform. With VNNI each product is one vpdpbusd,
-// into two accumulators (one chain of dependent vpdpbusd measured 10 %
-// slower in the prefill's kernels); plain SIMD128 widens both sides and
-// pairs the lanes up in sum().
-template <int kMaxLevel>
+// is the same on every platform. Where the dot product is exact (kExact:
+// exact_byte_dot()) each product is one instruction into int32 lanes, into
+// two accumulators (one chain of dependent vpdpbusd measured 10 % slower in
+// the prefill's kernels); plain SIMD128 widens both sides and pairs the
+// lanes up in sum().
+template <int kMaxLevel, bool kExact = kVnni>
 class LaneDots {
  public:
   static constexpr int kPairs = 32767 / (4 * kMaxLevel * 128);
 
   void add(v128_t u0, v128_t x0, v128_t u1, v128_t x1) {
 #if defined(__wasm_relaxed_simd__)
+    if constexpr (kExact) {
+      sums_ = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(x0, u0, sums_);
+      other_ = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(x1, u1, other_);
+      return;
+    }
     sums_ = wasm_i16x8_add(sums_, wasm_i16x8_add(wasm_i16x8_relaxed_dot_i8x16_i7x16(x0, u0),
                                                  wasm_i16x8_relaxed_dot_i8x16_i7x16(x1, u1)));
 #elif defined(SIPLLM_VNNI)
@@ -270,6 +321,7 @@ class LaneDots {
   }
   v128_t sum() const {
 #if defined(__wasm_relaxed_simd__)
+    if constexpr (kExact) return wasm_i32x4_add(sums_, other_);
     return wasm_i32x4_extadd_pairwise_i16x8(sums_);
 #elif defined(SIPLLM_VNNI)
     return wasm_i32x4_add(sums_, other_);
@@ -282,7 +334,7 @@ class LaneDots {
 
  private:
   v128_t sums_ = wasm_i32x4_splat(0);
-#if defined(SIPLLM_VNNI) || !defined(SIPLLM_BYTE_DOT)
+#if defined(SIPLLM_VNNI) || !defined(SIPLLM_BYTE_DOT) || defined(__wasm_relaxed_simd__)
   v128_t other_ = wasm_i32x4_splat(0);
 #endif
 };
