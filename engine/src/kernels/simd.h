@@ -164,10 +164,10 @@ inline constexpr bool kVnni = false;
 // bytes may be read as signed or unsigned, and the int16 pairs may
 // saturate. V8 on an x86 CPU with AVX-VNNI emits vpdpbusd (unsigned, exact,
 // one instruction with the add; in Chromium on such a CPU the Q8_0 kernel
-// ran 16-30 % faster through it); elsewhere it emits pmaddubsw (pairs
-// saturate) or, on ARM, reads the bytes as signed. The proposal makes an
-// engine's choice the same throughout an execution, so one probe, of the
-// values that tell the three apart, answers for every kernel.
+// ran 16-30 % faster through it); elsewhere an engine may emit pmaddubsw
+// (pairs saturate) or read the bytes as signed (ARM's sdot). The proposal
+// makes an engine's choice the same throughout an execution, so one probe,
+// of the values that tell the three apart, answers for every kernel.
 #if defined(__wasm_relaxed_simd__)
 inline bool exact_byte_dot() {
   // 127 and -127 times 255: 4 * 255 * 127 in every lane where it is exact;
@@ -257,13 +257,14 @@ inline v128_t dot_u6x16_add(v128_t u, const int8_t* x8, const int16_t* x16, v128
 
 // acc plus the 16 products u[i] * s[i] of unsigned and signed bytes (any
 // values); lanes spread as in dot_u7x16_add. Where exact_byte_dot() that is
-// one instruction (vpdpbusd, or relaxed SIMD's dot product, which is exact
-// only there), and signed bytes times signed bytes go through it too, one
-// side shifted to unsigned (x + 128, which shift_to_unsigned computes by
-// flipping the sign bit) and 128 times the other side's sum taken away.
-// Otherwise both are widened to int16 here, which costs more than kernels
-// that widen a weight once for several positions: they take this path only
-// where exact_byte_dot() says it is the fast one.
+// one instruction (vpdpbusd, or relaxed SIMD's dot product, which is right
+// only there: the relaxed build calls this nowhere else), and signed bytes
+// times signed bytes go through it too, one side shifted to unsigned
+// (x + 128, which shift_to_unsigned computes by flipping the sign bit) and
+// 128 times the other side's sum taken away. Otherwise both are widened to
+// int16 here, which costs more than kernels that widen a weight once for
+// several positions: they take this path only where exact_byte_dot() says
+// it is the fast one.
 inline v128_t dot_u8i8x16_add(v128_t u, v128_t s, v128_t acc) {
 #if defined(__wasm_relaxed_simd__)
   return wasm_i32x4_relaxed_dot_i8x16_i7x16_add(s, u, acc);
