@@ -1,6 +1,7 @@
 #include "kernels/activation_quant.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "kernels/simd.h"
 #include "model/half.h"
@@ -129,6 +130,32 @@ void quantize_activations(const float* x, int n_positions, int cols, ActivationF
   } else {
     rows(0, n, 0);
   }
+  const size_t quads = simd::kWideGroups && format == ActivationFormat::kQ8_0 ? n / 4 : 0;
+  const auto blocks = static_cast<size_t>(cols / 32);
+  out->q8_quads.resize(quads * blocks * 128);
+  out->d_quads.resize(quads * blocks * 4);
+  out->sums_quads.resize(quads * blocks * 4);
+  for (size_t g = 0; g < quads; ++g) {
+    for (size_t b = 0; b < blocks; ++b) {
+      for (size_t j = 0; j < 4; ++j) {
+        const size_t p = 4 * g + j, quad_block = g * blocks + b;
+        const int8_t* values = out->q8.data() + p * static_cast<size_t>(cols) + 32 * b;
+        std::memcpy(out->q8_quads.data() + quad_block * 128 + 16 * j, values, 16);
+        std::memcpy(out->q8_quads.data() + quad_block * 128 + 64 + 16 * j, values + 16, 16);
+        out->d_quads[quad_block * 4 + j] = out->d[p * blocks + b];
+        out->sums_quads[quad_block * 4 + j] = out->sums[p * blocks + b];
+      }
+    }
+  }
+}
+
+uint64_t quantized_bytes_per_position(ActivationFormat format, int cols) {
+  const auto n = static_cast<uint64_t>(cols);
+  // int16 and int8 values; a scale per block; a sum per 32 and per 16.
+  uint64_t bytes = 3 * n + 4 * (n / static_cast<uint64_t>(activation_block(format))) + 4 * (n / 32) + 4 * (n / 16);
+  // Q8_0's values, scales and sums again, in quads.
+  if (simd::kWideGroups && format == ActivationFormat::kQ8_0) bytes += n + 8 * (n / 32);
+  return bytes;
 }
 
 void Activations::reset(const float* x, int n_positions, int cols) {

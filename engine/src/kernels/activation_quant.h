@@ -42,18 +42,33 @@ struct QuantizedActivations {
   std::vector<float> d;       // [position][cols / block]
   std::vector<int32_t> sums;  // [position][cols / 32]: sum of each run of 32 q
   std::vector<int32_t> sums16;  // [position][cols / 16]: the same per run of 16
+  // Q8_0 only, where kernels hold four positions in one register
+  // (simd::kWideGroups): positions in quads, the last n_positions % 4 left
+  // out. Per quad and block of 32: the four positions' values 0..15, then
+  // their values 16..31 (128 bytes); their scales; their sums.
+  std::vector<int8_t> q8_quads;     // [position / 4][cols / 32][2][4][16]
+  std::vector<float> d_quads;       // [position / 4][cols / 32][4]
+  std::vector<int32_t> sums_quads;  // [position / 4][cols / 32][4]
 
   const int16_t* q_row(int p) const { return q.data() + static_cast<size_t>(p) * cols; }
   const int8_t* q8_row(int p) const { return q8.data() + static_cast<size_t>(p) * cols; }
   const float* d_row(int p) const { return d.data() + static_cast<size_t>(p) * static_cast<size_t>(cols / block); }
   const int32_t* sums_row(int p) const { return sums.data() + static_cast<size_t>(p) * (cols / 32); }
   const int32_t* sums16_row(int p) const { return sums16.data() + static_cast<size_t>(p) * (cols / 16); }
+  // Whether positions p..p+3 (p a multiple of 4) lie in quads too.
+  bool in_quads(int p) const { return static_cast<size_t>(p / 4 + 1) * (cols / 32) * 4 <= d_quads.size(); }
+  const int8_t* q8_quad(int p) const { return q8_quads.data() + static_cast<size_t>(p / 4) * (cols / 32) * 128; }
+  const float* d_quad(int p) const { return d_quads.data() + static_cast<size_t>(p / 4) * (cols / 32) * 4; }
+  const int32_t* sums_quad(int p) const { return sums_quads.data() + static_cast<size_t>(p / 4) * (cols / 32) * 4; }
 };
 
 // Quantizes n_positions rows of `cols` floats (a multiple of the format's
 // block). Spreads positions across `pool` when there are many.
 void quantize_activations(const float* x, int n_positions, int cols, ActivationFormat format,
                           QuantizedActivations* out, ThreadPool* pool = nullptr);
+
+// The bytes quantize_activations() keeps per position of `cols` values.
+uint64_t quantized_bytes_per_position(ActivationFormat format, int cols);
 
 // One row, SIMD, and its scalar reference (equal bit for bit: tested).
 void quantize_activation_row(const float* x, int cols, ActivationFormat format, int16_t* q,

@@ -627,6 +627,38 @@ TEST(KernelsMatmul, QuantizedActivationsAreSharedBetweenProducts) {
   EXPECT_TRUE(same_bits(yb, yb_alone));
 }
 
+// What working memory counts for quantized activations is what they hold;
+// the quads, where kernels read them, hold each whole quad's rows as they are.
+TEST(KernelsMatmul, QuantizedActivationsHoldWhatIsCounted) {
+  std::mt19937 rng(29);
+  for (const ActivationFormat format : {ActivationFormat::kQ8_0, ActivationFormat::kQ8_K}) {
+    for (int n : {1, 4, 9}) {
+      const int cols = 512;
+      const std::vector<float> x = random_floats(rng, static_cast<size_t>(n) * cols);
+      QuantizedActivations q;
+      quantize_activations(x.data(), n, cols, format, &q);
+      const size_t held = q.q.size() * 2 + q.q8.size() + 4 * (q.d.size() + q.sums.size() + q.sums16.size()) +
+                          q.q8_quads.size() + 4 * (q.d_quads.size() + q.sums_quads.size());
+      EXPECT_LE(held, static_cast<size_t>(n) * quantized_bytes_per_position(format, cols)) << n << " positions";
+      if (n % 4 == 0) EXPECT_EQ(held, static_cast<size_t>(n) * quantized_bytes_per_position(format, cols));
+      for (int p = 0; p + 4 <= n && q.in_quads(p); p += 4) {
+        for (int b = 0; b < cols / 32; ++b) {
+          for (int j = 0; j < 4; ++j) {
+            const int8_t* row = q.q8_row(p + j) + 32 * b;
+            const int8_t* quad = q.q8_quad(p) + 128 * b;
+            ASSERT_EQ(std::memcmp(quad + 16 * j, row, 16), 0) << "position " << p + j << ", block " << b;
+            ASSERT_EQ(std::memcmp(quad + 64 + 16 * j, row + 16, 16), 0) << "position " << p + j << ", block " << b;
+            ASSERT_EQ(q.d_quad(p)[4 * b + j], q.d_row(p + j)[b]);
+            ASSERT_EQ(q.sums_quad(p)[4 * b + j], q.sums_row(p + j)[b]);
+          }
+        }
+      }
+      if (!simd::kWideGroups || format != ActivationFormat::kQ8_0) EXPECT_TRUE(q.q8_quads.empty());
+      if (simd::kWideGroups && format == ActivationFormat::kQ8_0) EXPECT_FALSE(q.in_quads(4 * (n / 4)));
+    }
+  }
+}
+
 // ---- Element-wise operations -------------------------------------------------------
 
 const int kSizes[] = {1, 2, 3, 4, 5, 7, 8, 63, 64, 65, 1536};

@@ -16,8 +16,11 @@
 // Four rows share a tile, one per lane; a few positions share each unpacked
 // block. Where a tile interleaves its rows' values (Q4_0, Q4_1 and the
 // unpacked 5-bit types; see tile_rows()), the integer sums come out one row
-// per lane; otherwise each row's lanes are summed and transposed. The
-// references compute exactly this, one element at a time.
+// per lane; otherwise each row's lanes are summed and transposed. Natively,
+// on a CPU with 512-bit VNNI, interleaved tiles take one block per register
+// (simd::WideGroup) and four positions per register (simd::QuadAccumulator):
+// the same sums, the same float operations. The references compute exactly
+// this, one element at a time.
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -294,12 +297,39 @@ v128_t add_block(v128_t acc, v128_t isum_i, v128_t dw4, v128_t mw4, float dx, in
   return wasm_f32x4_add(acc, term);
 }
 
+#if defined(SIPLLM_WIDE_GROUPS)
+// dot_rows4_interleaved for four positions in quads (QuantizedActivations::
+// q8_quad), each in a quarter of 512-bit registers.
+template <class F>
+void dot_rows4_interleaved_quad(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0,
+                                v128_t acc[4]) {
+  const int8_t* x8 = x.q8_quad(p0);
+  const float* xd = x.d_quad(p0);
+  const int32_t* xs = x.sums_quad(p0);
+  const simd::HalvesToFloats halves;
+  simd::QuadAccumulator sums;
+  for (int b = 0; b < n_blocks; ++b) {
+    const uint8_t* group = tile.row[0] + static_cast<size_t>(b) * tile.block_stride;
+    const v128_t dw4 = halves(group);
+    const v128_t mw4 = F::kHasMin ? halves(group + 8) : wasm_f32x4_splat(0.0f);
+    sums.add_block<F::kMaxLevel == 15, F::kOffset, F::kHasMin>(group + 4 * F::kValuesFrom, x8 + 128 * b, dw4, mw4,
+                                                               xd + 4 * b, xs + 4 * b);
+  }
+  sums.store(acc);
+}
+#endif
+
 // dot_rows4 for a tile whose rows' values are interleaved (RowTile::
 // values_interleaved): each 8-bit dot product gives four rows' sums, one per
 // lane, so the sums need no transposing.
 template <class F, int kPositions, bool kExactByteDot>
 void dot_rows4_interleaved(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0,
                            v128_t acc[kPositions]) {
+#if defined(SIPLLM_WIDE_GROUPS)
+  if constexpr (kPositions == 4) {
+    if (x.in_quads(p0)) return dot_rows4_interleaved_quad<F>(tile, n_blocks, x, p0, acc);
+  }
+#endif
   const int8_t* x8s[kPositions];
   const float* xd[kPositions];
   const int32_t* xs[kPositions];
@@ -310,16 +340,23 @@ void dot_rows4_interleaved(const RowTile& tile, int n_blocks, const QuantizedAct
     acc[j] = wasm_f32x4_splat(0.0f);
   }
   const simd::HalvesToFloats halves;
-  // The exact dot product into int32 lanes for 4-bit values only: in
-  // Chromium (x86, AVX-VNNI) it made Q4_0 and Q4_1 decode 8 % faster and the
-  // 5-bit values 10 % slower than the int16 pairs.
-  using Dots = simd::LaneDots<F::kMaxLevel, kExactByteDot && F::kMaxLevel <= 15>;
   for (int b = 0; b < n_blocks; ++b) {
     const uint8_t* group = tile.row[0] + static_cast<size_t>(b) * tile.block_stride;
     if (kPositions == 1) tile.prefetch_ahead(group, 4 * F::kBytes);
     // The four rows' scales, then their minimums.
     const v128_t dw4 = halves(group);
     const v128_t mw4 = F::kHasMin ? halves(group + 8) : wasm_f32x4_splat(0.0f);
+#if defined(SIPLLM_WIDE_GROUPS)
+    const simd::WideGroup wide = F::kMaxLevel == 15 ? simd::WideGroup::nibbles(group + 4 * F::kValuesFrom)
+                                                    : simd::WideGroup::bytes(group + 4 * F::kValuesFrom);
+    for (int j = 0; j < kPositions; ++j) {
+      acc[j] = add_block<F>(acc[j], wide.dot(x8s[j] + b * kBlock), dw4, mw4, xd[j][b], xs[j][b]);
+    }
+#else
+    // The exact dot product into int32 lanes for 4-bit values only: in
+    // Chromium (x86, AVX-VNNI) it made Q4_0 and Q4_1 decode 8 % faster and
+    // the 5-bit values 10 % slower than the int16 pairs.
+    using Dots = simd::LaneDots<F::kMaxLevel, kExactByteDot && F::kMaxLevel <= 15>;
     v128_t u[8];  // u[v]: values 4v..4v+3 of each row
     F::unpack_interleaved(group + 4 * F::kValuesFrom, u);
     for (int j = 0; j < kPositions; ++j) {
@@ -333,6 +370,7 @@ void dot_rows4_interleaved(const RowTile& tile, int n_blocks, const QuantizedAct
       }
       acc[j] = add_block<F>(acc[j], isum, dw4, mw4, xd[j][b], xs[j][b]);
     }
+#endif
   }
 }
 

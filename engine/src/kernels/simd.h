@@ -340,6 +340,142 @@ class LaneDots {
 #endif
 };
 
+// The same sums for one block of an interleaved tile at once, where the CPU
+// has 512-bit VNNI (native builds only; wasm has 128-bit vectors): a group's
+// eight vectors (vector v: values 4v..4v+3 of each row) held in two
+// registers, and dot(x) the four rows' sums of their 32 values times x[0..31]
+// (lane i: row i). Per block and position that is two permutes of x, two
+// vpdpbusd and a reduction, where LaneDots takes eight broadcasts and eight
+// dot products. The sums are exact, so equal to LaneDots' bit for bit.
+#if !defined(__EMSCRIPTEN__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define SIPLLM_WIDE_GROUPS 1
+inline constexpr bool kWideGroups = true;
+class WideGroup {
+ public:
+  // 64 bytes whose 16-byte chunk k holds vectors k (low nibbles) and k + 4
+  // (high nibbles).
+  static WideGroup nibbles(const uint8_t* values) {
+    const __m512i bytes = _mm512_loadu_si512(values);
+    const __m512i mask = _mm512_set1_epi8(0x0f);
+    return WideGroup(_mm512_and_si512(bytes, mask), _mm512_and_si512(_mm512_srli_epi16(bytes, 4), mask));
+  }
+  // 128 bytes, the eight vectors in order, values below 128.
+  static WideGroup bytes(const uint8_t* values) {
+    return WideGroup(_mm512_loadu_si512(values), _mm512_loadu_si512(values + 64));
+  }
+  // Lane i: row i's sum of its 32 values times x[0..31].
+  v128_t dot(const int8_t* x) const {
+    const __m512i total = add_quarters(products(x));
+    return simde_v128_from_m128i(_mm512_maskz_extracti32x4_epi32(0xf, total, 0));
+  }
+ private:
+  // Quarter k: each row's products with x in vectors k and k + 4.
+  // (The zeroing forms of the intrinsics throughout: GCC 12 warns of the
+  // plain ones' undefined inputs.)
+  __m512i products(const int8_t* x) const {
+    // Each quarter k takes activations 4k..4k+3 against the first
+    // register, 16 + 4k.. against the second, in all four lanes.
+    const __m512i xs = _mm512_maskz_loadu_epi32(0x00ff, x);
+    const __m512i x_low =
+        _mm512_maskz_permutexvar_epi32(0xffff, _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), xs);
+    const __m512i x_high =
+        _mm512_maskz_permutexvar_epi32(0xffff, _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7), xs);
+    return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), low_, x_low), high_, x_high);
+  }
+  // Every quarter: the sum of the four.
+  static __m512i add_quarters(__m512i v) {
+    const __m512i pairs = _mm512_add_epi32(v, _mm512_maskz_shuffle_i64x2(0xff, v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm512_add_epi32(pairs, _mm512_maskz_shuffle_i64x2(0xff, pairs, pairs, _MM_SHUFFLE(2, 3, 0, 1)));
+  }
+
+  WideGroup(__m512i low, __m512i high) : low_(low), high_(high) {}
+  __m512i low_, high_;
+};
+
+// Four positions at once, quarter j of a register holding position j (lane
+// i: row i), from activations laid out in quads (QuantizedActivations::
+// q8_quad): each 16 bytes of a group's values broadcast to all quarters; a
+// block's values 0..15 of the four positions in one register, 16..31 in
+// another, from which an in-lane shuffle gives each quarter its position's
+// four values. No reduction across quarters is left: a block costs eight
+// vpdpbusd and eight in-lane shuffles for sixteen sums, where
+// WideGroup::dot takes four cross-lane shuffles for four.
+//
+// add_block() adds to each position's float accumulator, lane by lane, what
+// add_block in quant_dot_32.cpp adds (the same operations in the same order,
+// so the same bits): (isum - kOffset * sx) * (dw * dx), plus mw * (dx * sx)
+// where the format has a minimum. `values` as WideGroup::nibbles reads them
+// (kNibbles) or as WideGroup::bytes; dx4 and sx4 the four positions'
+// activation scales and sums.
+class QuadAccumulator {
+ public:
+  template <bool kNibbles, int kOffset, bool kHasMin>
+  void add_block(const uint8_t* values, const int8_t* x_quad, v128_t dw4, v128_t mw4, const float* dx4,
+                 const int32_t* sx4) {
+    static_assert(kOffset == 0 || kOffset == 8 || kOffset == 16, "an offset that is a shift");
+    __m512i isum = sums<kNibbles>(values, x_quad);
+    const __m512i quarters = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i sx = _mm512_maskz_permutexvar_epi32(0xffff, quarters, _mm512_maskz_loadu_epi32(0x000f, sx4));
+    const __m512 dx = _mm512_maskz_permutexvar_ps(0xffff, quarters, _mm512_maskz_loadu_ps(0x000f, dx4));
+    if constexpr (kOffset != 0) isum = _mm512_sub_epi32(isum, _mm512_maskz_slli_epi32(0xffff, sx, kOffset == 8 ? 3 : 4));
+    const __m512 dw = _mm512_maskz_broadcast_f32x4(0xffff, simde_v128_to_m128(dw4));
+    __m512 term = _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(0xffff, isum), _mm512_mul_ps(dw, dx));
+    if constexpr (kHasMin) {
+      const __m512 mw = _mm512_maskz_broadcast_f32x4(0xffff, simde_v128_to_m128(mw4));
+      term = _mm512_add_ps(term, _mm512_mul_ps(mw, _mm512_mul_ps(dx, _mm512_maskz_cvtepi32_ps(0xffff, sx))));
+    }
+    acc_ = _mm512_add_ps(acc_, term);
+  }
+  void store(v128_t acc[4]) const {
+    acc[0] = simde_v128_from_m128(_mm512_maskz_extractf32x4_ps(0xf, acc_, 0));
+    acc[1] = simde_v128_from_m128(_mm512_maskz_extractf32x4_ps(0xf, acc_, 1));
+    acc[2] = simde_v128_from_m128(_mm512_maskz_extractf32x4_ps(0xf, acc_, 2));
+    acc[3] = simde_v128_from_m128(_mm512_maskz_extractf32x4_ps(0xf, acc_, 3));
+  }
+
+ private:
+  // The block's integer sums, position j in quarter j.
+  template <bool kNibbles>
+  static __m512i sums(const uint8_t* values, const int8_t* x_quad) {
+    __m512i u[8];  // vector v of the group, in every quarter
+    const auto broadcast = [](const uint8_t* p) {
+      return _mm512_maskz_broadcast_i32x4(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    };
+    if constexpr (kNibbles) {
+      const __m512i mask = _mm512_set1_epi8(0x0f);
+      for (int k = 0; k < 4; ++k) {
+        const __m512i bytes = broadcast(values + 16 * k);
+        u[k] = _mm512_and_si512(bytes, mask);
+        u[k + 4] = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), mask);
+      }
+    } else {
+      for (int v = 0; v < 8; ++v) u[v] = broadcast(values + 16 * v);
+    }
+    const __m512i x_low = _mm512_loadu_si512(x_quad), x_high = _mm512_loadu_si512(x_quad + 64);
+    const auto x = [&](int v) {  // each position's values 4v..4v+3, in its quarter's four lanes
+      const __m512i half = v < 4 ? x_low : x_high;
+      switch (v % 4) {
+        case 0: return _mm512_maskz_shuffle_epi32(0xffff, half, _MM_PERM_AAAA);
+        case 1: return _mm512_maskz_shuffle_epi32(0xffff, half, _MM_PERM_BBBB);
+        case 2: return _mm512_maskz_shuffle_epi32(0xffff, half, _MM_PERM_CCCC);
+        default: return _mm512_maskz_shuffle_epi32(0xffff, half, _MM_PERM_DDDD);
+      }
+    };
+    // Two chains of dependent vpdpbusd, not one.
+    __m512i even = _mm512_setzero_si512(), odd = _mm512_setzero_si512();
+    for (int v = 0; v < 8; v += 2) {
+      even = _mm512_dpbusd_epi32(even, u[v], x(v));
+      odd = _mm512_dpbusd_epi32(odd, u[v + 1], x(v + 1));
+    }
+    return _mm512_add_epi32(even, odd);
+  }
+
+  __m512 acc_ = _mm512_setzero_ps();
+};
+#else
+inline constexpr bool kWideGroups = false;
+#endif
+
 inline v128_t shift_to_unsigned(v128_t signed_bytes) {
   return wasm_v128_xor(signed_bytes, wasm_i8x16_splat(static_cast<int8_t>(0x80)));
 }

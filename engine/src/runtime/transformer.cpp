@@ -53,10 +53,10 @@ uint64_t Transformer::working_bytes(const ModelDescription& model, int prefill_c
   // x, xb, proj; q, att_out; k, v; gate, up; rope tables.
   const uint64_t floats_per_position = 3ull * s.dim + 2ull * s.q_dim() + 2ull * s.kv_dim() + 2ull * s.hidden_dim +
                                        2ull * s.rope_dims * model.rotary.size();
-  // Both 8-bit forms of the widest input: int16 values, a scale per block of
-  // 32 at most, a sum per 32.
-  const uint64_t widest = static_cast<uint64_t>(std::max({s.dim, s.q_dim(), s.hidden_dim}));
-  const uint64_t quantized_per_position = 2 * (widest * 2 + widest / 32 * 8);
+  // Both 8-bit forms of the widest input.
+  const int widest = std::max({s.dim, s.q_dim(), s.hidden_dim});
+  const uint64_t quantized_per_position = quantized_bytes_per_position(ActivationFormat::kQ8_0, widest) +
+                                          quantized_bytes_per_position(ActivationFormat::kQ8_K, widest);
   AttentionShape attention_shape;
   attention_shape.n_heads = s.n_heads;
   attention_shape.n_kv_heads = s.n_kv_heads;
