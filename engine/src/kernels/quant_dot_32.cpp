@@ -317,6 +317,28 @@ void dot_rows4_interleaved_quad(const RowTile& tile, int n_blocks, const Quantiz
   }
   sums.store(acc);
 }
+
+// dot_rows4 for Q8_0 and four positions in quads, a row per quarter of
+// 512-bit registers.
+void dot_rows4_q8_0_quad(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0, v128_t acc[4]) {
+  const int8_t* x8 = x.q8_quad(p0);
+  const float* xd = x.d_quad(p0);
+  const int32_t* xs = x.sums_quad(p0);
+  const simd::HalvesToFloats halves;
+  simd::WholeBlockQuadAccumulator sums;
+  for (int b = 0; b < n_blocks; ++b) {
+    const uint8_t* block[4];
+    const uint8_t* values[4];
+    for (int i = 0; i < 4; ++i) {
+      block[i] = tile.row[i] + static_cast<size_t>(b) * tile.block_stride;
+      values[i] = block[i] + offsetof(BlockQ8_0, qs);
+    }
+    const v128_t dw4 = halves(Q8_0Format::scale_bits(block[0]), Q8_0Format::scale_bits(block[1]),
+                              Q8_0Format::scale_bits(block[2]), Q8_0Format::scale_bits(block[3]));
+    sums.add_block(values, x8 + 128 * b, dw4, xd + 4 * b, xs + 4 * b);
+  }
+  sums.store(acc);
+}
 #endif
 
 // dot_rows4 for a tile whose rows' values are interleaved (RowTile::
@@ -383,6 +405,11 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
       return dot_rows4_interleaved<F, kPositions, kExactByteDot>(tile, n_blocks, x, p0, acc);
     }
   }
+#if defined(SIPLLM_WIDE_GROUPS)
+  if constexpr (kPositions == 4 && F::kSignedBytes) {
+    if (x.in_quads(p0)) return dot_rows4_q8_0_quad(tile, n_blocks, x, p0, acc);
+  }
+#endif
   const int16_t* xq[kPositions];
   const int8_t* x8s[kPositions];
   const float* xd[kPositions];

@@ -472,6 +472,64 @@ class QuadAccumulator {
 
   __m512 acc_ = _mm512_setzero_ps();
 };
+// Four positions against four rows whose blocks a tile keeps whole (Q8_0's
+// signed bytes): the rows' values fill a register a row per quarter, each
+// position's values broadcast to every quarter meet them there, and four
+// positions' sums of each quarter's lanes, transposed together in-lane, come
+// out row by quarter and position by lane. Signed times signed through
+// vpdpbusd: the weights shifted to unsigned (w + 128), and 128 * sum(x)
+// taken away. add_block() adds (isum * (dw * dx)), as add_block in
+// quant_dot_32.cpp does for Q8_0, so the same bits; rows[i] is row i's 32
+// values, dw4 the rows' scales, x_quad, dx4 and sx4 the positions' values,
+// scales and sums as QuantizedActivations lays them out in quads.
+class WholeBlockQuadAccumulator {
+ public:
+  void add_block(const uint8_t* const rows[4], const int8_t* x_quad, v128_t dw4, const float* dx4,
+                 const int32_t* sx4) {
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    const __m512i w_low = _mm512_xor_si512(row_quarters(rows, 0), flip);
+    const __m512i w_high = _mm512_xor_si512(row_quarters(rows, 16), flip);
+    __m512i s[4];  // s[j], quarter i: row i's products with position j, four lanes to add
+    for (int j = 0; j < 4; ++j) {
+      s[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w_low, broadcast(x_quad + 16 * j)),
+                                 w_high, broadcast(x_quad + 64 + 16 * j));
+    }
+    const __m512i s01 = _mm512_add_epi32(_mm512_maskz_unpacklo_epi32(0xffff, s[0], s[1]), _mm512_maskz_unpackhi_epi32(0xffff, s[0], s[1]));
+    const __m512i s23 = _mm512_add_epi32(_mm512_maskz_unpacklo_epi32(0xffff, s[2], s[3]), _mm512_maskz_unpackhi_epi32(0xffff, s[2], s[3]));
+    const __m512i shifted = _mm512_add_epi32(_mm512_maskz_unpacklo_epi64(0xff, s01, s23), _mm512_maskz_unpackhi_epi64(0xff, s01, s23));
+    const __m512i sx = broadcast(sx4);
+    const __m512i isum = _mm512_sub_epi32(shifted, _mm512_maskz_slli_epi32(0xffff, sx, 7));
+    const __m512i quarters = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512 dw = _mm512_maskz_permutexvar_ps(0xffff, quarters, _mm512_maskz_broadcast_f32x4(0xffff, simde_v128_to_m128(dw4)));
+    const __m512 dx = _mm512_maskz_broadcast_f32x4(0xffff, _mm_loadu_ps(dx4));
+    acc_ = _mm512_add_ps(acc_, _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(0xffff, isum), _mm512_mul_ps(dw, dx)));
+  }
+  // acc[j], lane i: row i's sum for position j.
+  void store(v128_t acc[4]) const {
+    __m128 rows[4];
+    rows[0] = _mm512_maskz_extractf32x4_ps(0xf, acc_, 0);
+    rows[1] = _mm512_maskz_extractf32x4_ps(0xf, acc_, 1);
+    rows[2] = _mm512_maskz_extractf32x4_ps(0xf, acc_, 2);
+    rows[3] = _mm512_maskz_extractf32x4_ps(0xf, acc_, 3);
+    _MM_TRANSPOSE4_PS(rows[0], rows[1], rows[2], rows[3]);
+    for (int j = 0; j < 4; ++j) acc[j] = simde_v128_from_m128(rows[j]);
+  }
+
+ private:
+  static __m512i broadcast(const void* p) {
+    return _mm512_maskz_broadcast_i32x4(0xffff, _mm_loadu_si128(static_cast<const __m128i*>(p)));
+  }
+  // Quarter i: bytes offset..offset+15 of rows[i].
+  static __m512i row_quarters(const uint8_t* const rows[4], int offset) {
+    const auto part = [&](int i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + offset)); };
+    __m512i v = _mm512_maskz_broadcast_i32x4(0x000f, part(0));
+    v = _mm512_mask_broadcast_i32x4(v, 0x00f0, part(1));
+    v = _mm512_mask_broadcast_i32x4(v, 0x0f00, part(2));
+    return _mm512_mask_broadcast_i32x4(v, 0xf000, part(3));
+  }
+
+  __m512 acc_ = _mm512_setzero_ps();  // quarter i: row i; lane j: position j
+};
 #else
 inline constexpr bool kWideGroups = false;
 #endif
