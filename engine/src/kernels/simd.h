@@ -4,8 +4,11 @@
 // the same intrinsics with SSE/AVX (or NEON), so one source is tested and
 // benchmarked natively and shipped as wasm. Kernels never use anything else;
 // the few helpers below that do keep it out of them: the 8-bit dot products
-// (relaxed SIMD's, which SIMDe lacks; natively SSSE3 or VNNI) and the
-// half-float conversions (F16C natively).
+// (relaxed SIMD's, which SIMDe lacks; natively SSSE3 or VNNI), the
+// half-float conversions (F16C natively) and, natively on CPUs with AVX-512
+// VNNI, blocks and tiles of four positions in 512-bit registers (WideGroup,
+// QuadAccumulator, WholeBlockQuadAccumulator: their sums equal the 128-bit
+// kernels' bit for bit).
 //
 // The helpers here keep results exact and independent of how work is split:
 // a reduction always combines lanes in the order written below, and the
