@@ -109,6 +109,12 @@ void quantize_activations(const float* x, int n_positions, int cols, ActivationF
   out->sums16.resize(n * static_cast<size_t>(cols / 16));
   out->d.resize(n * static_cast<size_t>(cols / block));
   out->sums.resize(n * static_cast<size_t>(cols / 32));
+  // Whole quads of positions, for kernels that take four at once.
+  const size_t quads = simd::kWideGroups && format == ActivationFormat::kQ8_0 ? n / 4 : 0;
+  const auto blocks = static_cast<size_t>(cols / 32);
+  out->q8_quads.resize(quads * blocks * 128);
+  out->d_quads.resize(quads * blocks * 4);
+  out->sums_quads.resize(quads * blocks * 4);
   auto rows = [&](size_t begin, size_t end, int) {
     for (size_t p = begin; p < end; ++p) {
       quantize_activation_row(x + p * static_cast<size_t>(cols), cols, format,
@@ -123,29 +129,21 @@ void quantize_activations(const float* x, int n_positions, int cols, ActivationF
         simd::store(q8 + i, wasm_i8x16_narrow_i16x8(lo, hi));
         sums16[i / 16] = simd::sum_i32(wasm_i32x4_dot_i16x8(wasm_i16x8_add(lo, hi), wasm_i16x8_splat(1)));
       }
+      if (p >= 4 * quads) continue;
+      const size_t slot = p % 4;
+      for (size_t b = 0; b < blocks; ++b) {
+        const size_t quad_block = p / 4 * blocks + b;
+        std::memcpy(out->q8_quads.data() + quad_block * 128 + 16 * slot, q8 + 32 * b, 16);
+        std::memcpy(out->q8_quads.data() + quad_block * 128 + 64 + 16 * slot, q8 + 32 * b + 16, 16);
+        out->d_quads[quad_block * 4 + slot] = out->d[p * blocks + b];
+        out->sums_quads[quad_block * 4 + slot] = out->sums[p * blocks + b];
+      }
     }
   };
   if (pool != nullptr && n * static_cast<size_t>(cols) >= kParallelElements) {
     pool->parallel_for(n, 1, rows);
   } else {
     rows(0, n, 0);
-  }
-  const size_t quads = simd::kWideGroups && format == ActivationFormat::kQ8_0 ? n / 4 : 0;
-  const auto blocks = static_cast<size_t>(cols / 32);
-  out->q8_quads.resize(quads * blocks * 128);
-  out->d_quads.resize(quads * blocks * 4);
-  out->sums_quads.resize(quads * blocks * 4);
-  for (size_t g = 0; g < quads; ++g) {
-    for (size_t b = 0; b < blocks; ++b) {
-      for (size_t j = 0; j < 4; ++j) {
-        const size_t p = 4 * g + j, quad_block = g * blocks + b;
-        const int8_t* values = out->q8.data() + p * static_cast<size_t>(cols) + 32 * b;
-        std::memcpy(out->q8_quads.data() + quad_block * 128 + 16 * j, values, 16);
-        std::memcpy(out->q8_quads.data() + quad_block * 128 + 64 + 16 * j, values + 16, 16);
-        out->d_quads[quad_block * 4 + j] = out->d[p * blocks + b];
-        out->sums_quads[quad_block * 4 + j] = out->sums[p * blocks + b];
-      }
-    }
   }
 }
 
