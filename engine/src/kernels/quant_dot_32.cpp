@@ -18,9 +18,10 @@
 // unpacked 5-bit types; see tile_rows()), the integer sums come out one row
 // per lane; otherwise each row's lanes are summed and transposed. Natively,
 // on a CPU with 512-bit VNNI, interleaved tiles take one block per register
-// (simd::WideGroup) and four positions per register (simd::QuadAccumulator):
-// the same sums, the same float operations. The references compute exactly
-// this, one element at a time.
+// (simd::WideGroup) and four positions per register (simd::QuadAccumulator),
+// Q8_0's four positions per register (simd::WholeBlockQuadAccumulator): the
+// same sums, the same float operations. The references compute exactly this,
+// one element at a time.
 #include <algorithm>
 #include <array>
 #include <cstddef>

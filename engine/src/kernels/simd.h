@@ -350,6 +350,8 @@ class LaneDots {
 // (lane i: row i). Per block and position that is two permutes of x, two
 // vpdpbusd and a reduction, where LaneDots takes eight broadcasts and eight
 // dot products. The sums are exact, so equal to LaneDots' bit for bit.
+// (These 512-bit helpers take the zeroing forms of the intrinsics
+// throughout: GCC 12 warns of the plain ones' undefined inputs.)
 #if !defined(__EMSCRIPTEN__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define SIPLLM_WIDE_GROUPS 1
 inline constexpr bool kWideGroups = true;
@@ -371,10 +373,9 @@ class WideGroup {
     const __m512i total = add_quarters(products(x));
     return simde_v128_from_m128i(_mm512_maskz_extracti32x4_epi32(0xf, total, 0));
   }
+
  private:
   // Quarter k: each row's products with x in vectors k and k + 4.
-  // (The zeroing forms of the intrinsics throughout: GCC 12 warns of the
-  // plain ones' undefined inputs.)
   __m512i products(const int8_t* x) const {
     // Each quarter k takes activations 4k..4k+3 against the first
     // register, 16 + 4k.. against the second, in all four lanes.
@@ -420,7 +421,9 @@ class QuadAccumulator {
     const __m512i quarters = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     const __m512i sx = _mm512_maskz_permutexvar_epi32(0xffff, quarters, _mm512_maskz_loadu_epi32(0x000f, sx4));
     const __m512 dx = _mm512_maskz_permutexvar_ps(0xffff, quarters, _mm512_maskz_loadu_ps(0x000f, dx4));
-    if constexpr (kOffset != 0) isum = _mm512_sub_epi32(isum, _mm512_maskz_slli_epi32(0xffff, sx, kOffset == 8 ? 3 : 4));
+    if constexpr (kOffset != 0) {
+      isum = _mm512_sub_epi32(isum, _mm512_maskz_slli_epi32(0xffff, sx, kOffset == 8 ? 3 : 4));
+    }
     const __m512 dw = _mm512_maskz_broadcast_f32x4(0xffff, simde_v128_to_m128(dw4));
     __m512 term = _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(0xffff, isum), _mm512_mul_ps(dw, dx));
     if constexpr (kHasMin) {
@@ -475,6 +478,7 @@ class QuadAccumulator {
 
   __m512 acc_ = _mm512_setzero_ps();
 };
+
 // Four positions against four rows whose blocks a tile keeps whole (Q8_0's
 // signed bytes): the rows' values fill a register a row per quarter, each
 // position's values broadcast to every quarter meet them there, and four
@@ -497,13 +501,18 @@ class WholeBlockQuadAccumulator {
       s[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w_low, broadcast(x_quad + 16 * j)),
                                  w_high, broadcast(x_quad + 64 + 16 * j));
     }
-    const __m512i s01 = _mm512_add_epi32(_mm512_maskz_unpacklo_epi32(0xffff, s[0], s[1]), _mm512_maskz_unpackhi_epi32(0xffff, s[0], s[1]));
-    const __m512i s23 = _mm512_add_epi32(_mm512_maskz_unpacklo_epi32(0xffff, s[2], s[3]), _mm512_maskz_unpackhi_epi32(0xffff, s[2], s[3]));
-    const __m512i shifted = _mm512_add_epi32(_mm512_maskz_unpacklo_epi64(0xff, s01, s23), _mm512_maskz_unpackhi_epi64(0xff, s01, s23));
-    const __m512i sx = broadcast(sx4);
-    const __m512i isum = _mm512_sub_epi32(shifted, _mm512_maskz_slli_epi32(0xffff, sx, 7));
+    // Within each quarter, lanes (0 + 2, 1 + 3) of positions 0 and 1 (and 2
+    // and 3), then each position's total in lane j.
+    const __m512i s01 = _mm512_add_epi32(_mm512_maskz_unpacklo_epi32(0xffff, s[0], s[1]),
+                                         _mm512_maskz_unpackhi_epi32(0xffff, s[0], s[1]));
+    const __m512i s23 = _mm512_add_epi32(_mm512_maskz_unpacklo_epi32(0xffff, s[2], s[3]),
+                                         _mm512_maskz_unpackhi_epi32(0xffff, s[2], s[3]));
+    const __m512i shifted = _mm512_add_epi32(_mm512_maskz_unpacklo_epi64(0xff, s01, s23),
+                                             _mm512_maskz_unpackhi_epi64(0xff, s01, s23));
+    const __m512i isum = _mm512_sub_epi32(shifted, _mm512_maskz_slli_epi32(0xffff, broadcast(sx4), 7));
     const __m512i quarters = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    const __m512 dw = _mm512_maskz_permutexvar_ps(0xffff, quarters, _mm512_maskz_broadcast_f32x4(0xffff, simde_v128_to_m128(dw4)));
+    const __m512 dw =
+        _mm512_maskz_permutexvar_ps(0xffff, quarters, _mm512_maskz_broadcast_f32x4(0xffff, simde_v128_to_m128(dw4)));
     const __m512 dx = _mm512_maskz_broadcast_f32x4(0xffff, _mm_loadu_ps(dx4));
     acc_ = _mm512_add_ps(acc_, _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(0xffff, isum), _mm512_mul_ps(dw, dx)));
   }
