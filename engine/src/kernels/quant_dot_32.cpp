@@ -26,6 +26,7 @@
 #include <array>
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 
 #include "model/half.h"
 #include "kernels/quant_dot.h"
@@ -299,44 +300,35 @@ v128_t add_block(v128_t acc, v128_t isum_i, v128_t dw4, v128_t mw4, float dx, in
 }
 
 #if defined(SIPLLM_WIDE_GROUPS)
-// dot_rows4_interleaved for four positions in quads (QuantizedActivations::
-// q8_quad), each in a quarter of 512-bit registers.
+// dot_rows4 for four positions in quads (QuantizedActivations::q8_quad), in
+// the quarters of 512-bit registers: a tile that interleaves its rows' values
+// (simd::QuadAccumulator) or Q8_0's, which keeps blocks whole
+// (simd::WholeBlockQuadAccumulator).
 template <class F>
-void dot_rows4_interleaved_quad(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0,
-                                v128_t acc[4]) {
+void dot_rows4_quad(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0, v128_t acc[4]) {
   const int8_t* x8 = x.q8_quad(p0);
   const float* xd = x.d_quad(p0);
   const int32_t* xs = x.sums_quad(p0);
   const simd::HalvesToFloats halves;
-  simd::QuadAccumulator sums;
+  std::conditional_t<F::kSignedBytes, simd::WholeBlockQuadAccumulator, simd::QuadAccumulator> sums;
   for (int b = 0; b < n_blocks; ++b) {
-    const uint8_t* group = tile.row[0] + static_cast<size_t>(b) * tile.block_stride;
-    const v128_t dw4 = halves(group);
-    const v128_t mw4 = F::kHasMin ? halves(group + 8) : wasm_f32x4_splat(0.0f);
-    sums.add_block<F::kMaxLevel == 15, F::kOffset, F::kHasMin>(group + 4 * F::kValuesFrom, x8 + 128 * b, dw4, mw4,
-                                                               xd + 4 * b, xs + 4 * b);
-  }
-  sums.store(acc);
-}
-
-// dot_rows4 for Q8_0 and four positions in quads, a row per quarter of
-// 512-bit registers.
-void dot_rows4_q8_0_quad(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0, v128_t acc[4]) {
-  const int8_t* x8 = x.q8_quad(p0);
-  const float* xd = x.d_quad(p0);
-  const int32_t* xs = x.sums_quad(p0);
-  const simd::HalvesToFloats halves;
-  simd::WholeBlockQuadAccumulator sums;
-  for (int b = 0; b < n_blocks; ++b) {
-    const uint8_t* block[4];
-    const uint8_t* values[4];
-    for (int i = 0; i < 4; ++i) {
-      block[i] = tile.row[i] + static_cast<size_t>(b) * tile.block_stride;
-      values[i] = block[i] + offsetof(BlockQ8_0, qs);
+    if constexpr (F::kSignedBytes) {
+      const uint8_t* block[4];
+      const uint8_t* values[4];
+      for (int i = 0; i < 4; ++i) {
+        block[i] = tile.row[i] + static_cast<size_t>(b) * tile.block_stride;
+        values[i] = block[i] + offsetof(BlockQ8_0, qs);
+      }
+      const v128_t dw4 = halves(F::scale_bits(block[0]), F::scale_bits(block[1]), F::scale_bits(block[2]),
+                                F::scale_bits(block[3]));
+      sums.add_block(values, x8 + 128 * b, dw4, xd + 4 * b, xs + 4 * b);
+    } else {
+      const uint8_t* group = tile.row[0] + static_cast<size_t>(b) * tile.block_stride;
+      const v128_t dw4 = halves(group);
+      const v128_t mw4 = F::kHasMin ? halves(group + 8) : wasm_f32x4_splat(0.0f);
+      sums.template add_block<F::kMaxLevel == 15, F::kOffset, F::kHasMin>(group + 4 * F::kValuesFrom, x8 + 128 * b,
+                                                                          dw4, mw4, xd + 4 * b, xs + 4 * b);
     }
-    const v128_t dw4 = halves(Q8_0Format::scale_bits(block[0]), Q8_0Format::scale_bits(block[1]),
-                              Q8_0Format::scale_bits(block[2]), Q8_0Format::scale_bits(block[3]));
-    sums.add_block(values, x8 + 128 * b, dw4, xd + 4 * b, xs + 4 * b);
   }
   sums.store(acc);
 }
@@ -362,7 +354,7 @@ void dot_rows4_interleaved(const RowTile& tile, int n_blocks, const QuantizedAct
                            v128_t acc[kPositions]) {
 #if defined(SIPLLM_WIDE_GROUPS)
   if constexpr (kPositions == 4) {
-    if (x.in_quads(p0)) return dot_rows4_interleaved_quad<F>(tile, n_blocks, x, p0, acc);
+    if (x.in_quads(p0)) return dot_rows4_quad<F>(tile, n_blocks, x, p0, acc);
   }
 #endif
   const int8_t* x8s[kPositions];
@@ -444,7 +436,7 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
   }
 #if defined(SIPLLM_WIDE_GROUPS)
   if constexpr (kPositions == 4 && F::kSignedBytes) {
-    if (x.in_quads(p0)) return dot_rows4_q8_0_quad(tile, n_blocks, x, p0, acc);
+    if (x.in_quads(p0)) return dot_rows4_quad<F>(tile, n_blocks, x, p0, acc);
   }
 #endif
   const int16_t* xq[kPositions];
