@@ -338,8 +338,8 @@ void dot_rows4_quad(const RowTile& tile, int n_blocks, const QuantizedActivation
 // block's 4-bit values in halves, four vectors live at a time rather than
 // eight: in WebAssembly, where V8 has 16 vector registers to give them and
 // the positions' sums and accumulators, that made prefill's Q4_0 tiles
-// 11 % faster in Chromium (x86, AVX-VNNI); natively (GCC, AVX-VNNI) the
-// whole block was 10 % faster.
+// 8-11 % faster in Chromium (x86, AVX-VNNI) on most shapes; natively (GCC,
+// AVX-VNNI) the whole block was 10 % faster.
 #if defined(__EMSCRIPTEN__)
 constexpr bool kHalfBlocks = true;
 #else
