@@ -13,6 +13,10 @@ namespace {
 // Rows of at least this many elements in total are quantized in parallel.
 constexpr size_t kParallelElements = 1 << 15;
 
+// Whether QuantizedActivations holds this format's positions in quads too:
+// Q8_0, where kernels take four positions per register.
+bool keeps_quads(ActivationFormat format) { return simd::kWideGroups && format == ActivationFormat::kQ8_0; }
+
 // The scale a block keeps, as ggml computes it: values are rounded with
 // 127 / max; block_q8_0 stores max / 127 as a half float, block_q8_K stores
 // the reciprocal of the rounding factor as a float.
@@ -110,7 +114,7 @@ void quantize_activations(const float* x, int n_positions, int cols, ActivationF
   out->d.resize(n * static_cast<size_t>(cols / block));
   out->sums.resize(n * static_cast<size_t>(cols / 32));
   // Whole quads of positions, for kernels that take four at once.
-  const size_t quads = simd::kWideGroups && format == ActivationFormat::kQ8_0 ? n / 4 : 0;
+  const size_t quads = keeps_quads(format) ? n / 4 : 0;
   const auto blocks = static_cast<size_t>(cols / 32);
   out->q8_quads.resize(quads * blocks * 128);
   out->d_quads.resize(quads * blocks * 4);
@@ -152,7 +156,7 @@ uint64_t quantized_bytes_per_position(ActivationFormat format, int cols) {
   // int16 and int8 values; a scale per block; a sum per 32 and per 16.
   uint64_t bytes = 3 * n + 4 * (n / static_cast<uint64_t>(activation_block(format))) + 4 * (n / 32) + 4 * (n / 16);
   // Q8_0's values, scales and sums again, in quads.
-  if (simd::kWideGroups && format == ActivationFormat::kQ8_0) bytes += n + 8 * (n / 32);
+  if (keeps_quads(format)) bytes += n + 8 * (n / 32);
   return bytes;
 }
 
