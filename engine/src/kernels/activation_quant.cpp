@@ -13,10 +13,6 @@ namespace {
 // Rows of at least this many elements in total are quantized in parallel.
 constexpr size_t kParallelElements = 1 << 15;
 
-// Whether QuantizedActivations holds this format's positions in quads too:
-// Q8_0, where kernels take four positions per register.
-bool keeps_quads(ActivationFormat format) { return simd::kWideGroups && format == ActivationFormat::kQ8_0; }
-
 // The scale a block keeps, as ggml computes it: values are rounded with
 // 127 / max; block_q8_0 stores max / 127 as a half float, block_q8_K stores
 // the reciprocal of the rounding factor as a float.
@@ -38,6 +34,10 @@ float rounding_factor(float max) {
 }
 
 }  // namespace
+
+bool keeps_quads(ActivationFormat format) {
+  return format == ActivationFormat::kQ8_0 && (simd::kWideGroups || simd::exact_byte_dot());
+}
 
 int activation_block(ActivationFormat format) {
   switch (format) {

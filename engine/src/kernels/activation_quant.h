@@ -42,9 +42,8 @@ struct QuantizedActivations {
   std::vector<float> d;       // [position][cols / block]
   std::vector<int32_t> sums;  // [position][cols / 32]: sum of each run of 32 q
   std::vector<int32_t> sums16;  // [position][cols / 16]: the same per run of 16
-  // Q8_0 only, where kernels hold four positions in one register
-  // (simd::kWideGroups): positions in quads, the last n_positions % 4 left
-  // out. Per quad and block of 32: the four positions' values 0..15, then
+  // Where keeps_quads(format): positions in quads, the last n_positions % 4
+  // left out. Per quad and block of 32: the four positions' values 0..15, then
   // their values 16..31 (128 bytes); their scales; their sums.
   std::vector<int8_t> q8_quads;     // [position / 4][cols / 32][2][4][16]
   std::vector<float> d_quads;       // [position / 4][cols / 32][4]
@@ -61,6 +60,11 @@ struct QuantizedActivations {
   const float* d_quad(int p) const { return d_quads.data() + static_cast<size_t>(p / 4) * (cols / 32) * 4; }
   const int32_t* sums_quad(int p) const { return sums_quads.data() + static_cast<size_t>(p / 4) * (cols / 32) * 4; }
 };
+
+// Whether QuantizedActivations holds this format's positions in quads too:
+// Q8_0, where kernels take four positions at once from them (512-bit tiles,
+// and 128-bit ones with an exact 8-bit dot product: simd::exact_byte_dot()).
+bool keeps_quads(ActivationFormat format);
 
 // Quantizes n_positions rows of `cols` floats (a multiple of the format's
 // block). Spreads positions across `pool` when there are many.

@@ -653,8 +653,9 @@ TEST(KernelsMatmul, QuantizedActivationsHoldWhatIsCounted) {
           }
         }
       }
-      if (!simd::kWideGroups || format != ActivationFormat::kQ8_0) EXPECT_TRUE(q.q8_quads.empty());
-      if (simd::kWideGroups && format == ActivationFormat::kQ8_0) EXPECT_FALSE(q.in_quads(4 * (n / 4)));
+      if (!keeps_quads(format)) EXPECT_TRUE(q.q8_quads.empty());
+      if (keeps_quads(format)) EXPECT_EQ(q.q8_quads.size(), static_cast<size_t>(n / 4) * (cols / 32) * 128);
+      if (keeps_quads(format)) EXPECT_FALSE(q.in_quads(4 * (n / 4)));
     }
   }
 }

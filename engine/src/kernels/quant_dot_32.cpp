@@ -286,10 +286,11 @@ void unpack_blocks(const uint8_t* src, uint8_t* dst, size_t n_blocks) {
 
 // acc plus one block's terms for four rows (lane i: row i) and a position:
 // isum_i the rows' integer sums of values times activations, dw4 and mw4
-// the rows' scales and minimums, dx and sx the activations' scale and sum.
-template <class F>
+// the rows' scales and minimums, dx and sx the activations' scale and sum
+// (kOffsetTaken: isum_i holds -offset * sx already).
+template <class F, bool kOffsetTaken = false>
 v128_t add_block(v128_t acc, v128_t isum_i, v128_t dw4, v128_t mw4, float dx, int32_t sx_q) {
-  if (F::kOffset != 0) isum_i = wasm_i32x4_sub(isum_i, wasm_i32x4_splat(F::kOffset * sx_q));
+  if (!kOffsetTaken && F::kOffset != 0) isum_i = wasm_i32x4_sub(isum_i, wasm_i32x4_splat(F::kOffset * sx_q));
   const v128_t isum = wasm_f32x4_convert_i32x4(isum_i);
   v128_t term = wasm_f32x4_mul(isum, wasm_f32x4_mul(dw4, wasm_f32x4_splat(dx)));
   if (F::kHasMin) {
@@ -334,17 +335,59 @@ void dot_rows4_quad(const RowTile& tile, int n_blocks, const QuantizedActivation
 }
 #endif
 
-// Whether several positions' tiles with the exact dot product unpack a
-// block's 4-bit values in halves, four vectors live at a time rather than
-// eight: in WebAssembly, where V8 has 16 vector registers to give them and
-// the positions' sums and accumulators, that made prefill's Q4_0 tiles
-// 8-11 % faster in Chromium (x86, AVX-VNNI) on most shapes; natively (GCC,
-// AVX-VNNI) the whole block was 10 % faster.
-#if defined(__EMSCRIPTEN__)
-constexpr bool kHalfBlocks = true;
-#else
-constexpr bool kHalfBlocks = false;
-#endif
+// dot_rows4_interleaved for four positions in quads (QuantizedActivations::
+// q8_quad), 4-bit values and the exact 8-bit dot product, in 128-bit
+// registers: WebAssembly's, and natively VNNI's without 512-bit tiles. One
+// base address reaches every position's values, scales and sums (each at a
+// constant offset), a load of a position's 16 values gives four dot products
+// their four values each by an in-register shuffle, and each position's sum
+// over the low nibbles starts at -offset * sum(x), over the high ones at 0:
+// two chains of four dot products. In Chromium (x86, AVX-VNNI) that ran
+// prefill's Q4_0 tiles 7-20 % faster than row by row, where V8 spilled the
+// positions' pointers and sums and computed an address for each broadcast.
+template <class F>
+void dot_rows4_interleaved_quad(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0,
+                                v128_t acc[4]) {
+  const int8_t* x8 = x.q8_quad(p0);
+  const float* xd = x.d_quad(p0);
+  const int32_t* xs = x.sums_quad(p0);
+  const simd::HalvesToFloats halves;
+  for (int j = 0; j < 4; ++j) acc[j] = wasm_f32x4_splat(0.0f);
+  for (int b = 0; b < n_blocks; ++b) {
+    const uint8_t* group = tile.row[0] + static_cast<size_t>(b) * tile.block_stride;
+    const uint8_t* values = group + 4 * F::kValuesFrom;
+    const int8_t* xb = x8 + 128 * b;
+    const v128_t dw4 = halves(group);
+    const v128_t mw4 = F::kHasMin ? halves(group + 8) : wasm_f32x4_splat(0.0f);
+    const v128_t offsets = wasm_i32x4_mul(simd::load(xs + 4 * b), wasm_i32x4_splat(-F::kOffset));
+    v128_t low[4] = {simd::splat_lane_i32<0>(offsets), simd::splat_lane_i32<1>(offsets),
+                     simd::splat_lane_i32<2>(offsets), simd::splat_lane_i32<3>(offsets)};
+    v128_t high[4];
+    for (int half = 0; half < 2; ++half) {
+      v128_t* sums = half == 0 ? low : high;
+      v128_t xq[4];  // each position's values 16 * half..
+      for (int j = 0; j < 4; ++j) xq[j] = simd::load(xb + 64 * half + 16 * j);
+      // Vector k: values 16 * half + 4k.. of each row, times those of each
+      // position (lane k of its 16).
+      const auto add_products = [&](auto k_constant) {
+        constexpr int k = decltype(k_constant)::value;
+        const v128_t bytes = simd::load(values + 16 * k);
+        const v128_t u = half == 0 ? low_nibbles(bytes) : high_nibbles(bytes);
+        for (int j = 0; j < 4; ++j) {
+          const v128_t start = half == 1 && k == 0 ? wasm_i32x4_splat(0) : sums[j];
+          sums[j] = simd::dot_u8i8x16_add(u, simd::splat_lane_i32<k>(xq[j]), start);
+        }
+      };
+      add_products(std::integral_constant<int, 0>{});
+      add_products(std::integral_constant<int, 1>{});
+      add_products(std::integral_constant<int, 2>{});
+      add_products(std::integral_constant<int, 3>{});
+    }
+    for (int j = 0; j < 4; ++j) {
+      acc[j] = add_block<F, true>(acc[j], wasm_i32x4_add(low[j], high[j]), dw4, mw4, xd[4 * b + j], xs[4 * b + j]);
+    }
+  }
+}
 
 // dot_rows4 for a tile whose rows' values are interleaved (RowTile::
 // values_interleaved): each 8-bit dot product gives four rows' sums, one per
@@ -355,6 +398,10 @@ void dot_rows4_interleaved(const RowTile& tile, int n_blocks, const QuantizedAct
 #if defined(SIPLLM_WIDE_GROUPS)
   if constexpr (kPositions == 4) {
     if (x.in_quads(p0)) return dot_rows4_quad<F>(tile, n_blocks, x, p0, acc);
+  }
+#else
+  if constexpr (kPositions == 4 && kExactByteDot && F::kMaxLevel == 15) {
+    if (x.in_quads(p0)) return dot_rows4_interleaved_quad<F>(tile, n_blocks, x, p0, acc);
   }
 #endif
   const int8_t* x8s[kPositions];
@@ -384,42 +431,20 @@ void dot_rows4_interleaved(const RowTile& tile, int n_blocks, const QuantizedAct
     // Chromium (x86, AVX-VNNI) it made Q4_0 and Q4_1 decode 8 % faster and
     // the 5-bit values 10 % slower than the int16 pairs.
     using Dots = simd::LaneDots<F::kMaxLevel, kExactByteDot && F::kMaxLevel <= 15>;
-    if constexpr (kPositions > 1 && kHalfBlocks && kExactByteDot && F::kMaxLevel == 15) {
-      // Each position's sums over the block's two halves (values 0..15, the
-      // low nibbles, then 16..31), four unpacked vectors live at a time.
-      v128_t isum[kPositions];
-      for (int half = 0; half < 2; ++half) {
-        v128_t u[4];  // u[k]: values 16 * half + 4k.. of each row
-        for (int k = 0; k < 4; ++k) {
-          const v128_t bytes = simd::load(group + 4 * F::kValuesFrom + 16 * k);
-          u[k] = half == 0 ? low_nibbles(bytes) : high_nibbles(bytes);
+    v128_t u[8];  // u[v]: values 4v..4v+3 of each row
+    F::unpack_interleaved(group + 4 * F::kValuesFrom, u);
+    for (int j = 0; j < kPositions; ++j) {
+      const int8_t* x8 = x8s[j] + b * kBlock;
+      const auto x4 = [&](int v) { return wasm_v128_load32_splat(x8 + 4 * v); };  // values 4v..4v+3
+      v128_t isum = wasm_i32x4_splat(0);
+      for (int first = 0; first < 8; first += 2 * Dots::kPairs) {
+        Dots dots;
+        for (int v = first; v < first + 2 * Dots::kPairs && v < 8; v += 2) {
+          dots.add(u[v], x4(v), u[v + 1], x4(v + 1));
         }
-        for (int j = 0; j < kPositions; ++j) {
-          const int8_t* x8 = x8s[j] + b * kBlock + 16 * half;
-          const auto x4 = [&](int k) { return wasm_v128_load32_splat(x8 + 4 * k); };
-          Dots dots;
-          dots.add(u[0], x4(0), u[1], x4(1));
-          dots.add(u[2], x4(2), u[3], x4(3));
-          isum[j] = half == 0 ? dots.sum() : wasm_i32x4_add(isum[j], dots.sum());
-        }
+        isum = first == 0 ? dots.sum() : wasm_i32x4_add(isum, dots.sum());
       }
-      for (int j = 0; j < kPositions; ++j) acc[j] = add_block<F>(acc[j], isum[j], dw4, mw4, xd[j][b], xs[j][b]);
-    } else {
-      v128_t u[8];  // u[v]: values 4v..4v+3 of each row
-      F::unpack_interleaved(group + 4 * F::kValuesFrom, u);
-      for (int j = 0; j < kPositions; ++j) {
-        const int8_t* x8 = x8s[j] + b * kBlock;
-        const auto x4 = [&](int v) { return wasm_v128_load32_splat(x8 + 4 * v); };  // values 4v..4v+3
-        v128_t isum = wasm_i32x4_splat(0);
-        for (int first = 0; first < 8; first += 2 * Dots::kPairs) {
-          Dots dots;
-          for (int v = first; v < first + 2 * Dots::kPairs && v < 8; v += 2) {
-            dots.add(u[v], x4(v), u[v + 1], x4(v + 1));
-          }
-          isum = first == 0 ? dots.sum() : wasm_i32x4_add(isum, dots.sum());
-        }
-        acc[j] = add_block<F>(acc[j], isum, dw4, mw4, xd[j][b], xs[j][b]);
-      }
+      acc[j] = add_block<F>(acc[j], isum, dw4, mw4, xd[j][b], xs[j][b]);
     }
 #endif
   }

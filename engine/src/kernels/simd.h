@@ -125,6 +125,12 @@ inline v128_t opaque(v128_t v) {
 #endif
 }
 
+// Lane kLane of v's four 32-bit lanes in all four (one shuffle).
+template <int kLane>
+v128_t splat_lane_i32(v128_t v) {
+  return wasm_i32x4_shuffle(v, v, kLane, kLane, kLane, kLane);
+}
+
 // ---- Byte dot products ------------------------------------------------------------
 
 // acc plus the 16 products u[i] * x[i], where u's bytes are weights in
