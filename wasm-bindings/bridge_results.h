@@ -108,7 +108,8 @@ struct ResultSpec {
   X(kvCacheBytes, kNumber, kv_cache_bytes, "", "")                                                    \
   X(loader, kNested, loader, "LoaderStats", "This request's loader counters.")                        \
   X(prefillParallel, kNested, prefill_parallel, "ParallelTime", "")                                   \
-  X(decodeParallel, kNested, decode_parallel, "ParallelTime", "")
+  X(decodeParallel, kNested, decode_parallel, "ParallelTime", "")                                     \
+  X(kernels, kText, kernels, "", "The matrix products' instructions on this CPU, in words.")
 
 // HttpSourceStats (sipllm/http_source.h).
 #define SIPLLM_SOURCE_STATS_FIELDS(X)                          \

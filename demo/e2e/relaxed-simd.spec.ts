@@ -47,15 +47,21 @@ for (const type of ['Q8_0', 'Q4_0']) {
       const model = generateModel(dir, 'kquant-small', type, 'ggml-vocab-llama-spm.gguf');
       const url = `${server.url}/${basename(model)}`;
       const expected = nativeGreedy(model, PROMPT, TOKENS);
-      const runs: { build: string; text: string; embedding: number[] }[] = [];
+      const runs: { build: string; kernels: string; text: string; embedding: number[] }[] = [];
       for (const query of ['', '?build=threaded']) {
         await expectReady(page, await openDemo(page, query));
         await setFields(page, { temperature: 0, 'max-tokens': TOKENS });
         expect(await loadUrl(page, url)).toBe('ready');
         const text = await complete(page, PROMPT);
-        runs.push({ build: (await pageStats(page)).build, text, embedding: await pageEmbedding(page, EMBEDDED) });
+        const stats = await pageStats(page);
+        runs.push({ build: stats.build, kernels: stats.lastGeneration?.kernels ?? '', text,
+                    embedding: await pageEmbedding(page, EMBEDDED) });
       }
       expect(runs.map((run) => run.build)).toEqual(['relaxed', 'threaded']);
+      // What each build says its matrix products took (this host's V8 gives
+      // the exact dot product where the CPU has AVX-VNNI).
+      expect(runs[0].kernels).toMatch(/^WebAssembly relaxed SIMD, /);
+      expect(runs[1].kernels).toBe('WebAssembly SIMD128, 16-bit dot products');
       expect(runs.map((run) => run.text)).toEqual([expected, expected]);
       expect(runs[0].embedding.length).toBeGreaterThan(0);
       expect(runs[0].embedding).toEqual(runs[1].embedding);

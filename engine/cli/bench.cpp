@@ -166,6 +166,7 @@ void print_report(const GenerationStats& s, const GenerationStats* again, const 
               threads);
   if (threads > 1) std::printf("; %.2f GB/s with 1 thread", read_bytes_per_s(1) / 1e9);
   std::printf("\n");
+  std::printf("kernels           %s\n", s.kernels.c_str());
   std::printf("threads           %d; where the time went:\n", threads);
   // The first prefill waits for weights to arrive: that wait is not a part that runs on one thread.
   const GenerationStats& prefill = again != nullptr ? *again : s;

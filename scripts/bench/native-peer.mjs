@@ -5,8 +5,8 @@
 //   node scripts/bench/native-peer.mjs [--models LIST] [--types LIST] [--threads LIST]
 //        [--prompt-tokens N] [--gen-tokens N] [--runs N] [--json FILE]
 //
-// SipLLM: `sipllm bench` of the native CLI (build/native, Release, SIMDe over
-// the host's SSE/AVX), ring backend, no budget; its decode figure and its
+// SipLLM: `sipllm bench` of the native CLI (build/native, Release,
+// -march=native; the kernels it names are printed), ring backend, no budget; its decode figure and its
 // second prefill ("prefill again": the weights already in memory, as
 // llama.cpp's are in its mapped file) as it prints them. Its first prefill,
 // which reads the weights into memory as it goes (from the page cache after
@@ -119,7 +119,8 @@ async function main() {
   const f = (x) => (x ? x.toFixed(1) : '–');
   const ratio = (a, b) => (a && b ? (a / b).toFixed(2) : '–');
   console.log(`\n${cpus()[0]?.model ?? 'CPU'}, ${cpus().length} hardware threads; prompt ${o.promptTokens} tokens, ` +
-    `${o.genTokens} generated, best of ${o.runs}; llama.cpp: node-llama-cpp ${PEER_VERSION} prebuilt CPU binary\n`);
+    `${o.genTokens} generated, best of ${o.runs}; SipLLM's kernels: ${rows.find((r) => r.sipllm?.kernels)?.sipllm.kernels ?? '–'}; ` +
+    `llama.cpp: node-llama-cpp ${PEER_VERSION} prebuilt CPU binary\n`);
   console.log('| model | threads | prefill tok/s SipLLM / llama.cpp | × | SipLLM first prefill tok/s | decode tok/s SipLLM / llama.cpp | × | decode weights GB/s (read probe) |');
   console.log('|---|--:|--:|--:|--:|--:|--:|--:|');
   for (const r of rows) {

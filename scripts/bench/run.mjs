@@ -580,7 +580,7 @@ function coldBreakdown(result, fileBytes, headerBytes, mbps) {
 function printTables(o, rows, meta) {
   const out = [];
   out.push('');
-  out.push(`SipLLM (${meta.sipllmBuild ?? o.sipllmBuild} build) / wllama ${meta.wllamaVersion} in ${meta.browser}, ${meta.cores} cores; ` +
+  out.push(`SipLLM (${meta.sipllmBuild ?? o.sipllmBuild} build${meta.sipllmKernels ? `: ${meta.sipllmKernels}` : ''}) / wllama ${meta.wllamaVersion} in ${meta.browser}, ${meta.cores} cores; ` +
            `${o.promptTokens}-token prompt, ${o.genTokens} greedy tokens, context ${o.context}; ` +
            `models served ${o.mbps > 0 ? `at ${o.mbps} MB/s` : 'uncapped'} from localhost` +
            `${o.latencyMs > 0 ? ` with ${o.latencyMs} ms latency` : ''}; ${meta.date}`);
@@ -639,7 +639,7 @@ function printTables(o, rows, meta) {
   if (natives.length > 0) {
     out.push('');
     out.push(`SipLLM in ${meta.browser} against its native build on the same files and threads: the WebAssembly ` +
-             'penalty. Native: `sipllm bench` of build/native (Release; SIMDe over the host\'s SSE/AVX), ' +
+             `penalty. Native: \`sipllm bench\` of build/native (Release, -march=native: ${natives.find((row) => row.native.kernels)?.native.kernels ?? '–'}), ` +
              `${o.promptTokens}-token prompt, ${o.genTokens} greedy tokens, best of ${Math.max(1, o.warmRuns)}; ` +
              'its prefill with the weights already in memory, as a warm browser run has them.');
     out.push('');
@@ -832,6 +832,7 @@ async function main() {
           if (result.browserVersion) meta.browser = `Chromium ${result.browserVersion}`;
           if (result.cores) meta.cores = result.cores;
           if (engine === 'sipllm' && result.build) meta.sipllmBuild = result.build;
+          if (engine === 'sipllm' && result.kernels) meta.sipllmKernels = result.kernels;
           if (result.crossOriginIsolated === false) result.error ??= 'the bench page was not cross-origin isolated';
           const summary = summarize(result);
           row.raw[engine] = result;

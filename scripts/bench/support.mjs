@@ -24,9 +24,9 @@ export function run(command, args, what) {
 // prefill with the weights already in memory ("prefill again", as a warm
 // run in the browser and llama.cpp's mapped file have them), the first
 // prefill (which reads them as it goes), decode, and decode's weight bytes
-// per second against the read probe's.
+// per second against the read probe's; and the kernels it names.
 export function nativeBenchFigures(cli, model, { threads, promptTokens, genTokens, runs }) {
-  let best = { prefill: 0, firstPrefill: 0, decode: 0, decodeGBps: 0, readGBps: 0 };
+  let best = { prefill: 0, firstPrefill: 0, decode: 0, decodeGBps: 0, readGBps: 0, kernels: '' };
   for (let k = 0; k < runs; ++k) {
     const out = execFileSync(cli, ['bench', '-m', model, '--threads', String(threads), '--prompt-tokens',
       String(promptTokens), '--gen-tokens', String(genTokens)], { encoding: 'utf8' });
@@ -40,6 +40,7 @@ export function nativeBenchFigures(cli, model, { threads, promptTokens, genToken
       decode: Math.max(best.decode, decode),
       decodeGBps: Math.max(best.decodeGBps, Number(gbps?.[1] ?? 0)),
       readGBps: Math.max(best.readGBps, Number(gbps?.[2] ?? 0)),
+      kernels: /^kernels +(.*)$/m.exec(out)?.[1] ?? best.kernels,
     };
   }
   return best;

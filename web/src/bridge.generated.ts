@@ -238,6 +238,8 @@ export interface EngineGenerationStats {
   loader: LoaderStats;
   prefillParallel: ParallelTime;
   decodeParallel: ParallelTime;
+  /** The matrix products' instructions on this CPU, in words. */
+  kernels: string;
 }
 
 /** What the HTTP source has done so far. */

@@ -59,6 +59,8 @@ describe.each(BUILDS)('the %s build', (build) => {
       expect(decodeParallel.waitMs).toBeGreaterThanOrEqual(0);
       expect(decodeParallel.waitMs).toBeLessThanOrEqual(decodeParallel.loopMs);
       expect(decodeParallel.loopMs).toBeLessThanOrEqual(decodeMs);
+      // Plain SIMD128 in every build Node runs.
+      expect(stats.lastGeneration?.kernels).toBe('WebAssembly SIMD128, 16-bit dot products');
       expect(stats.source).toBeNull();
     } finally {
       await llm.unload();

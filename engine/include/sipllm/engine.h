@@ -231,6 +231,9 @@ struct GenerationStats {
   LoaderStats loader;  // this request's loader counters
   ParallelTime prefill_parallel;
   ParallelTime decode_parallel;
+  // The instructions the matrix products took on this CPU, in words: the
+  // vector width and the form of the 8-bit dot product.
+  std::string kernels;
 };
 
 struct Hyperparameter {

@@ -21,6 +21,20 @@ constexpr size_t kChunkMacs = 1 << 16;
 
 }  // namespace
 
+std::string matmul_kernel_form() {
+#if defined(__wasm_relaxed_simd__)
+  return simd::exact_byte_dot() ? "WebAssembly relaxed SIMD, exact 8-bit dot product"
+                                : "WebAssembly relaxed SIMD, 8-bit dot products added as int16 pairs";
+#elif defined(__EMSCRIPTEN__)
+  return "WebAssembly SIMD128, 16-bit dot products";
+#else
+  if constexpr (simd::kWideGroups) return "AVX-512 VNNI: 512-bit tiles for 32-element blocks, 128-bit VNNI for the rest";
+  if constexpr (simd::kVnni) return "128-bit VNNI 8-bit dot products";
+  if constexpr (simd::kByteDot) return "128-bit SSSE3, 8-bit products added as int16 pairs";
+  return "128-bit SIMD (SIMDe), 16-bit dot products";
+#endif
+}
+
 const MatmulKernel* find_matmul_kernel(TensorType type) {
   switch (type) {
     case TensorType::kF32: return &kMatmulF32;

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 
 #include "kernels/activation_quant.h"
 #include "model/tensor_type.h"
@@ -49,6 +50,12 @@ struct MatmulKernel {
   // 0 where tiles keep their blocks whole. See tile_rows().
   size_t interleaved_values_from = 0;
 };
+
+// The instructions the matrix products take on this CPU, in words ("relaxed
+// SIMD, exact 8-bit dot product", "AVX-512 VNNI, 512-bit tiles", ...):
+// what GenerationStats::kernels reports. A relaxed SIMD build finds out at
+// run time which dot product the engine gives it (simd::exact_byte_dot()).
+std::string matmul_kernel_form();
 
 // The kernel for a weight type; nullptr when there is none.
 const MatmulKernel* find_matmul_kernel(TensorType type);

@@ -9,6 +9,7 @@
 
 #include "model/gguf.h"
 #include "runtime/grammar_filter.h"
+#include "kernels/matmul.h"
 #include "runtime/kernel_warm_up.h"
 #include "runtime/kv_cache.h"
 #include "runtime/layer_loader.h"
@@ -128,6 +129,7 @@ class EngineImpl final : public Engine {
 
     GenerationStats stats;
     stats.prompt_tokens = static_cast<int>(prompt.size());
+    stats.kernels = matmul_kernel_form();
     begin_request();
     const ParallelTime parallel_at_start = pool_.time();
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <thread>
 
+#include "kernels/matmul.h"
 #include "test_support.h"
 
 namespace sipllm {
@@ -193,6 +194,8 @@ TEST(Engine, StatsAreFilledIn) {
   EXPECT_GT(stats.ttft_ms, 0);
   EXPECT_GT(stats.prompt_tokens_per_s(), 0);
   EXPECT_GT(stats.decode_tokens_per_s(), 0);
+  EXPECT_EQ(stats.kernels, matmul_kernel_form());
+  EXPECT_FALSE(stats.kernels.empty());
 }
 
 TEST(Engine, CancelFromAnotherThreadStopsGeneration) {

@@ -246,7 +246,7 @@ async function benchBudgeted({ url, threads, prompt, maxTokens, ban, contextLeng
       loadMs, ttftMs: run.firstMs - t0, run, build: stats.build, threads: stats.threads,
       memoryBudget: stats.memoryBudget, heapBytes: stats.heapBytes, kvCacheBytes: stats.kvCacheBytes,
       source: stats.source, cache: stats.cache,
-      prefillBytesRead: g.prefillBytesRead, decodeBytesRead: g.decodeBytesRead,
+      prefillBytesRead: g.prefillBytesRead, decodeBytesRead: g.decodeBytesRead, kernels: g.kernels,
       loader: { ...stats.loader, timeline: undefined, units: stats.loader.units.map(({ name, bytes, resident, ioMs, loads }) => ({ name, bytes, resident, ioMs, loads })) },
     });
     await llm.unload();
