@@ -19,8 +19,11 @@
 // per lane; otherwise each row's lanes are summed and transposed. Natively,
 // on a CPU with 512-bit VNNI, interleaved tiles take one block per register
 // (simd::WideGroup) and four positions per register (simd::QuadAccumulator),
-// Q8_0's four positions per register (simd::WholeBlockQuadAccumulator): the
-// same sums, the same float operations. The references compute exactly this,
+// Q8_0's four positions per register (simd::WholeBlockQuadAccumulator).
+// With the exact 8-bit dot product in 128-bit registers (WebAssembly's
+// relaxed SIMD where the engine gives it, VNNI without 512-bit tiles), tiles
+// of four positions read them from the same quads. All give the same sums
+// and the same float operations. The references compute exactly this,
 // one element at a time.
 #include <algorithm>
 #include <array>
@@ -389,6 +392,45 @@ void dot_rows4_interleaved_quad(const RowTile& tile, int n_blocks, const Quantiz
   }
 }
 
+// dot_rows4 for Q8_0's whole blocks and four positions in quads, the exact
+// 8-bit dot product, 128-bit registers: the weights are shifted to unsigned
+// once for the four positions (w + 128), each position's x taken as it is,
+// and 128 * sum(x) taken away by starting each row's lanes at -32 * sum(x).
+// Against the row-by-row form (x shifted per position, -128 * sum(w) per
+// row and block): Chromium's (x86, AVX-VNNI) Q8_0 prefill tiles ran about
+// 10 % faster with two threads, native ones on AVX-VNNI 15-45 %.
+template <class F>
+void dot_rows4_signed_quad(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0, v128_t acc[4]) {
+  const int8_t* x8 = x.q8_quad(p0);
+  const float* xd = x.d_quad(p0);
+  const int32_t* xs = x.sums_quad(p0);
+  const simd::HalvesToFloats halves;
+  for (int j = 0; j < 4; ++j) acc[j] = wasm_f32x4_splat(0.0f);
+  for (int b = 0; b < n_blocks; ++b) {
+    const uint8_t* block[4];
+    for (int i = 0; i < 4; ++i) block[i] = tile.row[i] + static_cast<size_t>(b) * tile.block_stride;
+    const v128_t dw4 = halves(F::scale_bits(block[0]), F::scale_bits(block[1]), F::scale_bits(block[2]),
+                              F::scale_bits(block[3]));
+    v128_t w[4][2];
+    for (int i = 0; i < 4; ++i) {
+      F::unpack_signed_bytes(block[i], w[i]);
+      w[i][0] = simd::shift_to_unsigned(w[i][0]);
+      w[i][1] = simd::shift_to_unsigned(w[i][1]);
+    }
+    const v128_t starts = wasm_i32x4_mul(simd::load(xs + 4 * b), wasm_i32x4_splat(-32));
+    const v128_t start[4] = {simd::splat_lane_i32<0>(starts), simd::splat_lane_i32<1>(starts),
+                             simd::splat_lane_i32<2>(starts), simd::splat_lane_i32<3>(starts)};
+    const int8_t* xb = x8 + 128 * b;
+    for (int j = 0; j < 4; ++j) {
+      const v128_t x0 = simd::load(xb + 16 * j), x1 = simd::load(xb + 64 + 16 * j);
+      v128_t s[4];
+      for (int i = 0; i < 4; ++i) s[i] = simd::dot_u8i8x16_add(w[i][1], x1, simd::dot_u8i8x16_add(w[i][0], x0, start[j]));
+      acc[j] = add_block<F>(acc[j], simd::transpose_sum_i32(s[0], s[1], s[2], s[3]), dw4, wasm_f32x4_splat(0.0f),
+                            xd[4 * b + j], xs[4 * b + j]);
+    }
+  }
+}
+
 // dot_rows4 for a tile whose rows' values are interleaved (RowTile::
 // values_interleaved): each 8-bit dot product gives four rows' sums, one per
 // lane, so the sums need no transposing.
@@ -462,6 +504,10 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
 #if defined(SIPLLM_WIDE_GROUPS)
   if constexpr (kPositions == 4 && F::kSignedBytes) {
     if (x.in_quads(p0)) return dot_rows4_quad<F>(tile, n_blocks, x, p0, acc);
+  }
+#else
+  if constexpr (kPositions == 4 && F::kSignedBytes && kExactByteDot) {
+    if (x.in_quads(p0)) return dot_rows4_signed_quad<F>(tile, n_blocks, x, p0, acc);
   }
 #endif
   const int16_t* xq[kPositions];
