@@ -59,6 +59,13 @@ struct QuantizedActivations {
   const int8_t* q8_quad(int p) const { return q8_quads.data() + static_cast<size_t>(p / 4) * (cols / 32) * 128; }
   const float* d_quad(int p) const { return d_quads.data() + static_cast<size_t>(p / 4) * (cols / 32) * 4; }
   const int32_t* sums_quad(int p) const { return sums_quads.data() + static_cast<size_t>(p / 4) * (cols / 32) * 4; }
+  // The three at once, for a kernel's tile of positions p..p+3.
+  struct Quad {
+    const int8_t* q8;
+    const float* d;
+    const int32_t* sums;
+  };
+  Quad quad(int p) const { return {q8_quad(p), d_quad(p), sums_quad(p)}; }
 };
 
 // Whether QuantizedActivations holds this format's positions in quads too:

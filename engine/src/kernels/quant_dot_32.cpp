@@ -310,9 +310,7 @@ v128_t add_block(v128_t acc, v128_t isum_i, v128_t dw4, v128_t mw4, float dx, in
 // (simd::WholeBlockQuadAccumulator).
 template <class F>
 void dot_rows4_quad(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0, v128_t acc[4]) {
-  const int8_t* x8 = x.q8_quad(p0);
-  const float* xd = x.d_quad(p0);
-  const int32_t* xs = x.sums_quad(p0);
+  const auto [x8, xd, xs] = x.quad(p0);
   const simd::HalvesToFloats halves;
   std::conditional_t<F::kSignedBytes, simd::WholeBlockQuadAccumulator, simd::QuadAccumulator> sums;
   for (int b = 0; b < n_blocks; ++b) {
@@ -351,9 +349,7 @@ void dot_rows4_quad(const RowTile& tile, int n_blocks, const QuantizedActivation
 template <class F>
 void dot_rows4_interleaved_quad(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0,
                                 v128_t acc[4]) {
-  const int8_t* x8 = x.q8_quad(p0);
-  const float* xd = x.d_quad(p0);
-  const int32_t* xs = x.sums_quad(p0);
+  const auto [x8, xd, xs] = x.quad(p0);
   const simd::HalvesToFloats halves;
   for (int j = 0; j < 4; ++j) acc[j] = wasm_f32x4_splat(0.0f);
   for (int b = 0; b < n_blocks; ++b) {
@@ -362,10 +358,8 @@ void dot_rows4_interleaved_quad(const RowTile& tile, int n_blocks, const Quantiz
     const int8_t* xb = x8 + 128 * b;
     const v128_t dw4 = halves(group);
     const v128_t mw4 = F::kHasMin ? halves(group + 8) : wasm_f32x4_splat(0.0f);
-    const v128_t offsets = wasm_i32x4_mul(simd::load(xs + 4 * b), wasm_i32x4_splat(-F::kOffset));
-    v128_t low[4] = {simd::splat_lane_i32<0>(offsets), simd::splat_lane_i32<1>(offsets),
-                     simd::splat_lane_i32<2>(offsets), simd::splat_lane_i32<3>(offsets)};
-    v128_t high[4];
+    v128_t low[4], high[4];
+    simd::splat_each_lane_i32(wasm_i32x4_mul(simd::load(xs + 4 * b), wasm_i32x4_splat(-F::kOffset)), low);
     for (int half = 0; half < 2; ++half) {
       v128_t* sums = half == 0 ? low : high;
       v128_t xq[4];  // each position's values 16 * half..
@@ -401,9 +395,7 @@ void dot_rows4_interleaved_quad(const RowTile& tile, int n_blocks, const Quantiz
 // 10 % faster with two threads, native ones on AVX-VNNI 15-45 %.
 template <class F>
 void dot_rows4_signed_quad(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0, v128_t acc[4]) {
-  const int8_t* x8 = x.q8_quad(p0);
-  const float* xd = x.d_quad(p0);
-  const int32_t* xs = x.sums_quad(p0);
+  const auto [x8, xd, xs] = x.quad(p0);
   const simd::HalvesToFloats halves;
   for (int j = 0; j < 4; ++j) acc[j] = wasm_f32x4_splat(0.0f);
   for (int b = 0; b < n_blocks; ++b) {
@@ -417,9 +409,8 @@ void dot_rows4_signed_quad(const RowTile& tile, int n_blocks, const QuantizedAct
       w[i][0] = simd::shift_to_unsigned(w[i][0]);
       w[i][1] = simd::shift_to_unsigned(w[i][1]);
     }
-    const v128_t starts = wasm_i32x4_mul(simd::load(xs + 4 * b), wasm_i32x4_splat(-32));
-    const v128_t start[4] = {simd::splat_lane_i32<0>(starts), simd::splat_lane_i32<1>(starts),
-                             simd::splat_lane_i32<2>(starts), simd::splat_lane_i32<3>(starts)};
+    v128_t start[4];
+    simd::splat_each_lane_i32(wasm_i32x4_mul(simd::load(xs + 4 * b), wasm_i32x4_splat(-32)), start);
     const int8_t* xb = x8 + 128 * b;
     for (int j = 0; j < 4; ++j) {
       const v128_t x0 = simd::load(xb + 16 * j), x1 = simd::load(xb + 64 + 16 * j);

@@ -130,6 +130,13 @@ template <int kLane>
 v128_t splat_lane_i32(v128_t v) {
   return wasm_i32x4_shuffle(v, v, kLane, kLane, kLane, kLane);
 }
+// out[j]: lane j of v in all four.
+inline void splat_each_lane_i32(v128_t v, v128_t out[4]) {
+  out[0] = splat_lane_i32<0>(v);
+  out[1] = splat_lane_i32<1>(v);
+  out[2] = splat_lane_i32<2>(v);
+  out[3] = splat_lane_i32<3>(v);
+}
 
 // ---- Byte dot products ------------------------------------------------------------
 
