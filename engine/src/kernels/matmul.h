@@ -51,9 +51,9 @@ struct MatmulKernel {
   size_t interleaved_values_from = 0;
 };
 
-// The instructions the matrix products take on this CPU, in words ("relaxed
-// SIMD, exact 8-bit dot product", "AVX-512 VNNI, 512-bit tiles", ...):
-// what GenerationStats::kernels reports. A relaxed SIMD build finds out at
+// The instructions the matrix products take on this CPU, in words
+// ("WebAssembly relaxed SIMD, exact 8-bit dot product", "128-bit VNNI 8-bit
+// dot products", ...): what GenerationStats::kernels reports. A relaxed SIMD build finds out at
 // run time which dot product the engine gives it (simd::exact_byte_dot()).
 std::string matmul_kernel_form();
 
