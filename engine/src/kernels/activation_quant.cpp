@@ -35,9 +35,7 @@ float rounding_factor(float max) {
 
 }  // namespace
 
-bool keeps_quads(ActivationFormat format) {
-  return format == ActivationFormat::kQ8_0 && (simd::kWideGroups || simd::exact_byte_dot());
-}
+bool keeps_quads(ActivationFormat format) { return format == ActivationFormat::kQ8_0; }
 
 int activation_block(ActivationFormat format) {
   switch (format) {

@@ -71,6 +71,9 @@ struct QuantizedActivations {
 // Whether QuantizedActivations holds this format's positions in quads too:
 // Q8_0, where kernels take four positions at once from them (512-bit tiles,
 // and 128-bit ones with an exact 8-bit dot product: simd::exact_byte_dot()).
+// In every build, used or not: working memory, and so what a memory budget
+// leaves the weights, is then the same whichever kernels run (a budget
+// worked out under Node's plain SIMD128 build holds in Chromium's relaxed one).
 bool keeps_quads(ActivationFormat format);
 
 // Quantizes n_positions rows of `cols` floats (a multiple of the format's
