@@ -344,8 +344,9 @@ void dot_rows4_quad(const RowTile& tile, int n_blocks, const QuantizedActivation
 // their four values each by an in-register shuffle, and each position's sum
 // over the low nibbles starts at -offset * sum(x), over the high ones at 0:
 // two chains of four dot products. In Chromium (x86, AVX-VNNI) that ran
-// prefill's Q4_0 tiles 7-20 % faster than row by row, where V8 spilled the
-// positions' pointers and sums and computed an address for each broadcast.
+// prefill's Q4_0 tiles 15-20 % faster with one thread than row by row, where
+// V8 spilled the positions' pointers and sums and computed an address for
+// each broadcast; natively on AVX-VNNI 10-20 %.
 template <class F>
 void dot_rows4_interleaved_quad(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0,
                                 v128_t acc[4]) {
