@@ -6,11 +6,11 @@
 //        [--prompt-tokens N] [--gen-tokens N] [--runs N] [--json FILE]
 //
 // SipLLM: `sipllm bench` of the native CLI (build/native, Release,
-// -march=native; the kernels it names are printed), ring backend, no budget; its decode figure and its
-// second prefill ("prefill again": the weights already in memory, as
-// llama.cpp's are in its mapped file) as it prints them. Its first prefill,
-// which reads the weights into memory as it goes (from the page cache after
-// the first run), is printed beside.
+// -march=native; the kernels it names are printed), ring backend, no
+// budget; its decode figure and its second prefill ("prefill again": the
+// weights already in memory, as llama.cpp's are in its mapped file) as it
+// prints them. Its first prefill, which reads the weights into memory as
+// it goes (from the page cache after the first run), is printed beside.
 // llama.cpp: the CPU build that node-llama-cpp ships (its prebuilt binary
 // for this CPU, picked at run time: AVX2/AVX-512 kernels, llama.cpp's own
 // thread pool), installed from npm into build/bench/peer on first use.
