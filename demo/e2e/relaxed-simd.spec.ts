@@ -1,9 +1,9 @@
 // The relaxed SIMD build against the plain threaded one, in the same browser:
 // their hidden states are the same bit for bit for the types whose kernels
 // take relaxed SIMD's 8-bit dot product in its exact form where the engine
-// gives it (Q8_0's signed bytes, Q4_0's interleaved tiles, the K-quants'
-// one-position kernels; V8 on an x86 CPU with AVX-VNNI), and the text is the
-// native engine's.
+// gives it (Q8_0's signed bytes, Q4_0's and unpacked Q5_0's interleaved
+// tiles, the K-quants' one-position kernels; V8 on an x86 CPU with AVX-VNNI),
+// and the text is the native engine's.
 
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -42,7 +42,7 @@ async function pageEmbedding(page: Page, text: string): Promise<number[]> {
   }, text);
 }
 
-for (const type of ['Q8_0', 'Q4_0', 'Q4_K', 'Q6_K']) {
+for (const type of ['Q8_0', 'Q4_0', 'Q5_0', 'Q4_K', 'Q6_K']) {
   test(`${type}: the relaxed build's hidden states are the plain build's, and its text the native engine's`,
     async ({ page }) => {
       const model = generateModel(dir, 'kquant-small', type, 'ggml-vocab-llama-spm.gguf');
