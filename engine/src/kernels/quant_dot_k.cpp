@@ -222,7 +222,8 @@ inline v128_t widen_high(v128_t v) {
 //
 // One position (decode): each chunk's unsigned values are multiplied with the
 // activations as they are unpacked (simd::dot_u6x32_add: 8-bit dot
-// products where the platform has them), and each sum scaled by an int32
+// products where the platform has them; the exact one straight into int32
+// lanes where simd::exact_byte_dot()), and each sum scaled by an int32
 // multiply; Q6_K then takes away 32 * sum of scale * x. Several positions
 // (prefill): each block of four rows is unpacked once and serves them all,
 // as unsigned bytes multiplied the same way where there is an 8-bit dot
