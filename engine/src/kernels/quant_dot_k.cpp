@@ -247,7 +247,10 @@ v128_t dot_a_fused(const uint8_t* block, const Scales& s, const int16_t* x16, co
     // other) add up their products before the group's one multiplication by
     // its scale: in Chromium (relaxed SIMD) Q4_K then decoded 1.5 times as
     // fast, and the pair's products added as int16 (simd::dot_u6x32_add)
-    // cost fewer instructions again.
+    // cost fewer instructions again. Where the 8-bit dot product is exact
+    // (simd::exact_byte_dot()), the products go straight into int32 lanes
+    // instead: in Chromium (AVX-VNNI) Q4_K decoded 8-10 % faster with one
+    // thread than through the int16 pairs.
     v128_t first_of_pair = wasm_i32x4_splat(0);
     F::template for_each_chunk<true>(block, [&](int e, v128_t q, int scale_index) {
       v128_t sum;
@@ -256,9 +259,6 @@ v128_t dot_a_fused(const uint8_t* block, const Scales& s, const int16_t* x16, co
           first_of_pair = q;
           return;
         }
-        // Where the 8-bit dot product is exact (simd::exact_byte_dot()), the
-        // products go straight into int32 lanes: in Chromium (AVX-VNNI) Q4_K
-        // decoded 8-10 % faster with one thread than through int16 pairs.
         if constexpr (kExactByteDot) {
           sum = simd::dot_u8i8x16_add(q, simd::load(x8 + e),
                                       simd::dot_u8i8x16_add(first_of_pair, simd::load(x8 + e - 16), wasm_i32x4_splat(0)));
@@ -267,9 +267,6 @@ v128_t dot_a_fused(const uint8_t* block, const Scales& s, const int16_t* x16, co
         }
       } else {
         static_assert(F::kGroup == 16, "a group is one chunk or two");
-        // Where the 8-bit dot product is exact (simd::exact_byte_dot()), the
-        // products go straight into int32 lanes: in Chromium (AVX-VNNI) Q4_K
-        // decoded 8-10 % faster with one thread than through int16 pairs.
         if constexpr (kExactByteDot) {
           sum = simd::dot_u8i8x16_add(q, simd::load(x8 + e), wasm_i32x4_splat(0));
         } else {
