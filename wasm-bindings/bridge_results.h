@@ -131,6 +131,8 @@ struct ResultSpec {
   X(ggufVersion, kNumber, gguf_version, "", "")                                                                \
   X(fileBytes, kNumber, file_bytes, "", "")                                                                    \
   X(weightBytes, kNumber, weight_bytes, "", "")                                                                \
+  X(multiplyAddsPerToken, kNumber, multiply_adds_per_token, "",                                               \
+    "Multiply-adds of one position through the blocks' matrices: a prompt token's share of prefill's work.")  \
   X(tiedOutput, kBoolean, tied_output, "", "")                                                                 \
   X(tensorsByType, kNested, tensors_by_type, "Record<string, number>", "")                                     \
   X(tokenizer, kText, tokenizer, "", "")                                                                       \

@@ -166,10 +166,20 @@ void print_report(const GenerationStats& s, const GenerationStats* again, const 
               threads);
   if (threads > 1) std::printf("; %.2f GB/s with 1 thread", read_bytes_per_s(1) / 1e9);
   std::printf("\n");
+  // Prefill's multiply-adds per second against the most the kernels' dot
+  // product instruction does with as many threads (and with one).
+  const GenerationStats& prefill = again != nullptr ? *again : s;
+  const double prefill_macs = static_cast<double>(engine.info().multiply_adds_per_token) * prefill.prompt_tokens_per_s();
+  const double peak = dot_product_peak(threads);
+  std::printf("matrix products   %s: %.1f G multiply-adds/s in the blocks' matrices, %.0f%% of the dot product "
+              "peak's %.1f G/s (%d threads",
+              again != nullptr ? "prefill again" : "prefill", prefill_macs / 1e9, 100.0 * prefill_macs / peak,
+              peak / 1e9, threads);
+  if (threads > 1) std::printf("; %.1f G/s with 1 thread", dot_product_peak(1) / 1e9);
+  std::printf(")\n");
   std::printf("kernels           %s\n", s.kernels.c_str());
   std::printf("threads           %d; where the time went:\n", threads);
   // The first prefill waits for weights to arrive: that wait is not a part that runs on one thread.
-  const GenerationStats& prefill = again != nullptr ? *again : s;
   print_parallel(again != nullptr ? "prefill again" : "prefill", prefill.prefill_parallel, prefill.prompt_ms,
                  prefill.prompt_tokens - prefill.reused_tokens, threads);
   print_parallel("decode", s.decode_parallel, s.decode_ms, s.generated_tokens - 1, threads);
@@ -178,7 +188,6 @@ void print_report(const GenerationStats& s, const GenerationStats* again, const 
               mb(l.peak_weight_bytes));
   std::printf("KV cache          %.3f MB\n", mb(s.kv_cache_bytes));
   std::printf("peak RSS          %.1f MB\n", mb(peak_rss));
-  (void)engine;
   (void)common;
 }
 

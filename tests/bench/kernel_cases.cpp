@@ -8,6 +8,7 @@
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/rope.h"
+#include "kernels/simd.h"
 #include "runtime/thread_pool.h"
 
 namespace sipllm::bench {
@@ -121,6 +122,8 @@ double MatmulFixture::flops() const {
   return 2.0 * case_.rows * static_cast<double>(case_.cols) * case_.positions;
 }
 
+constexpr uint64_t kPeakRounds = 1 << 12;
+
 std::vector<VectorCase> vector_cases() {
   return {{"rmsnorm 576", 3 * 576},
           {"rope 9x64", 6 * 576},
@@ -140,7 +143,10 @@ std::vector<VectorCase> vector_cases() {
           {"attention prefill tiled 14x64 128", 4.0 * 14 * 64 * (128 * 129 / 2)},
           // The ceiling of decoding, which reads every weight once per token:
           // a plain sum over a buffer far larger than the caches.
-          {"read probe 256 MB", 0, 256.0 * (1 << 20)}};
+          {"read probe 256 MB", 0, 256.0 * (1 << 20)},
+          // The ceiling of the matrix products: their 8-bit dot product
+          // instruction alone (a run of it counts its multiply-adds).
+          {"dot product peak", 2.0 * static_cast<double>(simd::dot_peak_rounds(kPeakRounds, 1))}};
 }
 
 VectorFixture::VectorFixture(const VectorCase& c) : case_(c) {
@@ -177,6 +183,8 @@ void VectorFixture::run(ThreadPool& pool) {
       sums[static_cast<size_t>(thread)] += a + b + c + d;
     });
     for (uint64_t sum : sums) c_[0] += static_cast<float>(sum);  // the reads must happen
+  } else if (n == "dot product peak") {
+    c_[0] += static_cast<float>(simd::dot_peak_rounds(kPeakRounds, 1));
   } else if (n == "rmsnorm 576") {
     rmsnorm(c_.data(), a_.data(), b_.data(), 576, 1e-5f);
   } else if (n == "rope 9x64") {

@@ -132,6 +132,8 @@ export interface ModelInfo {
   ggufVersion: number;
   fileBytes: number;
   weightBytes: number;
+  /** Multiply-adds of one position through the blocks' matrices: a prompt token's share of prefill's work. */
+  multiplyAddsPerToken: number;
   tiedOutput: boolean;
   tensorsByType: Record<string, number>;
   tokenizer: string;

@@ -76,6 +76,12 @@ describe.each(BUILDS)('the %s build', (build) => {
       expect(stats.source?.requests).toBeGreaterThan(0);
       // The loader's per-unit counters and timeline, for the demo's chart.
       expect(stats.loader.units.length).toBe(llm.info.hyperparameters.nLayers + 1);
+      // A prompt token's multiply-adds: per layer Q and the output
+      // (dim x heads' width), K and V (dim x KV heads' width), gate, up
+      // and down (dim x hidden).
+      const { nLayers, dim, hiddenDim, nHeads, nKvHeads, headDim } = llm.info.hyperparameters;
+      expect(llm.info.multiplyAddsPerToken)
+        .toBe(nLayers * dim * (2 * nHeads * headDim + 2 * nKvHeads * headDim + 3 * hiddenDim));
       expect(stats.loader.timeline.length).toBeGreaterThan(0);
     } finally {
       await llm.unload();

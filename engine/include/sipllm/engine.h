@@ -260,6 +260,11 @@ struct ModelInfo {
   uint32_t gguf_version = 0;
   uint64_t file_bytes = 0;
   uint64_t weight_bytes = 0;
+  // Multiply-adds of one position through the blocks' matrices: a prompt
+  // token's share of prefill's matrix products (a prefill runs the output
+  // head for its last position only). Against dot_product_peak(), how close
+  // prefill comes to what the CPU can do.
+  uint64_t multiply_adds_per_token = 0;
   bool tied_output = false;
   std::map<std::string, int> tensors_by_type;  // "Q8_0" -> count
   std::string tokenizer;                       // tokenizer kind
@@ -330,5 +335,13 @@ class Engine {
   virtual LoaderStats loader_stats() const = 0;
   virtual size_t kv_cache_bytes() const = 0;
 };
+
+// The ceiling of the matrix products on this CPU, as a read of memory is
+// decode's: 8-bit multiply-adds per second that `threads` threads (<= 0: one
+// per hardware thread) reach with the instruction the kernels' 8-bit products
+// take (GenerationStats::kernels names it), doing nothing else: no loads, no
+// unpacking, no scales. Measured for about `milliseconds`; throws
+// Error(kInvalidArgument) for a duration that is not positive and finite.
+double dot_product_peak(int threads, double milliseconds = 100);
 
 }  // namespace sipllm

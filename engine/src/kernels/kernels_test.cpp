@@ -943,6 +943,18 @@ void check_lane_dots(std::mt19937& rng) {
   }
 }
 
+TEST(KernelsSimd, DotPeakCountsTheMultiplyAddsOfItsInstruction) {
+  // Twelve accumulators, each step as many products as the kernels'
+  // instruction does: 64 on 512 bits, 16 with 8-bit products, 8 as int16.
+  const uint64_t per_step = simd::kWideGroups ? 64 : simd::kByteDot ? 16 : 8;
+  EXPECT_EQ(simd::dot_peak_rounds(1, 1), 12 * per_step);
+  EXPECT_EQ(simd::dot_peak_rounds(100, 7), 100 * 12 * per_step);
+  EXPECT_EQ(simd::dot_peak_rounds(0, 1), 0u);
+  ThreadPool pool(2);
+  const double peak = measure_dot_peak(pool, 0.004);
+  EXPECT_TRUE(peak > 0 && std::isfinite(peak)) << peak;
+}
+
 TEST(KernelsSimd, LaneDotsSumEachRowInItsLane) {
   std::mt19937 rng(67);
   check_lane_dots<15>(rng);

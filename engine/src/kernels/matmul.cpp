@@ -1,6 +1,7 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -33,6 +34,31 @@ std::string matmul_kernel_form() {
   if constexpr (simd::kByteDot) return "128-bit SSSE3, 8-bit products added as int16 pairs";
   return "128-bit SIMD (SIMDe), 16-bit dot products";
 #endif
+}
+
+double measure_dot_peak(ThreadPool& pool, double seconds) {
+  using Clock = std::chrono::steady_clock;
+  // Eight chunks per thread, claimed as threads come: one that joins late
+  // takes fewer, rather than the loop waiting for its share.
+  const size_t chunks = 8 * static_cast<size_t>(pool.size());
+  const auto rate = [&](uint64_t rounds) {
+    std::vector<uint64_t> done(chunks, 0);
+    const auto start = Clock::now();
+    pool.parallel_for(chunks, 1, [&](size_t begin, size_t end, int) {
+      for (size_t chunk = begin; chunk < end; ++chunk) {
+        done[chunk] = simd::dot_peak_rounds(rounds, static_cast<int>(chunk) + 1);
+      }
+    });
+    const double s = std::chrono::duration<double>(Clock::now() - start).count();
+    uint64_t total = 0;
+    for (uint64_t d : done) total += d;
+    return std::pair{static_cast<double>(total) / s, s};
+  };
+  uint64_t rounds = 1024;
+  while (rate(rounds).second < seconds / 4 && rounds < (uint64_t{1} << 40)) rounds *= 2;
+  double best = 0;
+  for (int run = 0; run < 3; ++run) best = std::max(best, rate(rounds).first);
+  return best;
 }
 
 const MatmulKernel* find_matmul_kernel(TensorType type) {

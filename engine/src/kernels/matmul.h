@@ -57,6 +57,11 @@ struct MatmulKernel {
 // run time which dot product the engine gives it (simd::exact_byte_dot()).
 std::string matmul_kernel_form();
 
+// 8-bit multiply-adds per second the pool's threads reach together with that
+// instruction alone (simd::dot_peak_rounds): sipllm::dot_product_peak. Best of
+// three runs, each about a quarter of `seconds`.
+double measure_dot_peak(ThreadPool& pool, double seconds);
+
 // The kernel for a weight type; nullptr when there is none.
 const MatmulKernel* find_matmul_kernel(TensorType type);
 

@@ -844,4 +844,68 @@ inline v128_t exp_f32x4(v128_t x) {
   return wasm_f32x4_mul(wasm_f32x4_mul(p, scale1), scale2);
 }
 
+// ---- The ceiling of the 8-bit products --------------------------------------------
+
+// The accumulators of dot_peak_rounds below on 128 bits, the exact 8-bit dot
+// product or not (a function of its own, with no references to them: in a
+// lambda that captured them LLVM kept them in memory).
+template <int kChains, bool kExact>
+int32_t dot_peak_rounds_128(uint64_t rounds, v128_t u, v128_t s) {
+  v128_t acc[kChains];
+  for (v128_t& a : acc) a = wasm_i32x4_splat(0);
+  for (uint64_t r = 0; r < rounds; ++r) {
+    for (v128_t& a : acc) {
+      if constexpr (kExact) {
+        a = dot_u8i8x16_add(u, s, a);
+      } else {
+#if defined(__wasm_relaxed_simd__)
+        a = wasm_i16x8_add(a, wasm_i16x8_relaxed_dot_i8x16_i7x16(s, a));
+#elif defined(SIPLLM_BYTE_DOT)
+        a = wasm_i16x8_add(a, simde_v128_from_m128i(_mm_maddubs_epi16(simde_v128_to_m128i(a), simde_v128_to_m128i(s))));
+#else
+        a = wasm_i32x4_add(a, wasm_i32x4_dot_i16x8(a, s));
+#endif
+      }
+    }
+  }
+  int32_t kept = 0;
+  for (const v128_t& a : acc) kept += wasm_i32x4_extract_lane(a, 0);
+  return kept;
+}
+
+// `rounds` rounds of the instruction that does the matrix products' 8-bit
+// multiply-adds, with nothing else to do (no loads, no unpacking, no scales),
+// on twelve independent accumulators (more than the instruction's latency
+// times its throughput, so that one thread issues as many as the core can);
+// returns the multiply-adds done. The instruction is the prefill tiles':
+// 512-bit vpdpbusd where they are 512-bit (kWideGroups); the exact 8-bit dot
+// product where there is one (VNNI; relaxed SIMD where exact_byte_dot()); int16
+// pairs of 8-bit products where that is all there is (relaxed SIMD elsewhere,
+// SSSE3); SIMD128's 16-bit dot product. Each step takes its accumulator as an
+// operand, so no compiler can move the products out of the loop. `seed`
+// keeps the values unknown when compiling.
+inline uint64_t dot_peak_rounds(uint64_t rounds, int seed) {
+  constexpr int kChains = 12;
+  int32_t kept = 0;
+#if defined(SIPLLM_WIDE_GROUPS)
+  const uint64_t per_step = 64;
+  const __m512i u = _mm512_set1_epi8(static_cast<char>(seed & 63)), s = _mm512_set1_epi8(static_cast<char>(seed));
+  __m512i acc[kChains];
+  for (__m512i& a : acc) a = _mm512_setzero_si512();
+  for (uint64_t r = 0; r < rounds; ++r) {
+    for (__m512i& a : acc) a = _mm512_dpbusd_epi32(a, u, s);
+  }
+  for (const __m512i& a : acc) kept += _mm_cvtsi128_si32(_mm512_maskz_extracti32x4_epi32(0xf, a, 0));
+#else
+  const v128_t u = opaque(wasm_i8x16_splat(static_cast<int8_t>(seed & 63)));
+  const v128_t s = opaque(wasm_i8x16_splat(static_cast<int8_t>(seed)));
+  const bool exact = exact_byte_dot();
+  kept = exact ? dot_peak_rounds_128<kChains, true>(rounds, u, s) : dot_peak_rounds_128<kChains, false>(rounds, u, s);
+  const uint64_t per_step = exact || kByteDot ? 16 : 8;
+#endif
+  volatile int32_t sink = kept;  // the products must happen
+  (void)sink;
+  return rounds * kChains * per_step;
+}
+
 }  // namespace sipllm::simd

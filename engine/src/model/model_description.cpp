@@ -302,6 +302,16 @@ uint64_t ModelDescription::weight_bytes() const {
   return total;
 }
 
+uint64_t ModelDescription::block_multiply_adds() const {
+  uint64_t total = 0;
+  for (int unit = 0; unit < shape.n_layers; ++unit) {
+    for (const TensorSlice& slice : units[static_cast<size_t>(unit)].tensors) {
+      if (slice.tensor != nullptr && !slice.spec->is_vector()) total += slice.rows * slice.tensor->row_length();
+    }
+  }
+  return total;
+}
+
 std::vector<std::pair<std::string, double>> ModelDescription::hyperparameters() const {
   const ModelShape& s = shape;
   std::vector<std::pair<std::string, double>> list = {

@@ -174,6 +174,9 @@ struct ModelDescription {
   int n_units() const { return static_cast<int>(units.size()); }
   bool is_head(int unit) const { return unit >= shape.n_layers; }
   uint64_t weight_bytes() const;  // every unit plus an untied embedding table
+  // Multiply-adds of one position through the blocks' matrices (ModelInfo::
+  // multiply_adds_per_token).
+  uint64_t block_multiply_adds() const;
   // The hyper-parameters by name ("n_layers", "sliding_window", ...), the
   // ones that apply to this model, for ModelInfo.
   std::vector<std::pair<std::string, double>> hyperparameters() const;

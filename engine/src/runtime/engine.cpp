@@ -41,6 +41,7 @@ ModelInfo describe(const GgufFile& gguf, const ModelDescription& model, const To
   info.gguf_version = gguf.version();
   info.file_bytes = gguf.file_size();
   info.weight_bytes = model.weight_bytes();
+  info.multiply_adds_per_token = model.block_multiply_adds();
   info.tied_output = model.tied_output;
   for (const GgufTensorInfo& t : gguf.tensors()) ++info.tensors_by_type[tensor_type_name(t.type_id)];
   info.tokenizer = tokenizer.kind();
@@ -497,6 +498,16 @@ double GenerationStats::prompt_tokens_per_s() const {
 double GenerationStats::decode_tokens_per_s() const {
   // The first token comes from the prefill's logits; the rest each cost a step.
   return decode_ms > 0 && generated_tokens > 1 ? (generated_tokens - 1) / (decode_ms / 1e3) : 0;
+}
+
+double dot_product_peak(int threads, double milliseconds) {
+  if (!(milliseconds > 0) || !std::isfinite(milliseconds)) {
+    throw Error(ErrorKind::kInvalidArgument,
+                "dot_product_peak: the duration must be a positive number of milliseconds, not " +
+                    std::to_string(milliseconds));
+  }
+  ThreadPool pool(threads);
+  return measure_dot_peak(pool, milliseconds / 1e3);
 }
 
 }  // namespace sipllm

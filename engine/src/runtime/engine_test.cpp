@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <thread>
 
 #include "kernels/matmul.h"
@@ -230,6 +231,25 @@ TEST(Engine, InfoDescribesTheModel) {
   // A llama model has no sliding window or soft-cap to report.
   EXPECT_EQ(m.hyperparameter("sliding_window", -1), -1);
   EXPECT_EQ(m.hyperparameter("attn_softcap", -1), -1);
+  // Per layer Q and the output (128 x 128 each), K and V (128 x 64: 4 of
+  // 8 heads of 16), gate, up and down (128 x 384 each).
+  EXPECT_EQ(m.multiply_adds_per_token, 2u * (2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 384));
+}
+
+TEST(Engine, DotProductPeakIsMeasuredAndRefusesABadDuration) {
+  const double one = dot_product_peak(1, 5);
+  EXPECT_TRUE(one > 0 && std::isfinite(one)) << one;
+  const double two = dot_product_peak(2, 5);
+  EXPECT_TRUE(two > 0 && std::isfinite(two)) << two;
+  for (double bad : {0.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    try {
+      dot_product_peak(1, bad);
+      ADD_FAILURE() << "no error for " << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("milliseconds"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
