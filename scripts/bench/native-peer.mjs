@@ -17,7 +17,11 @@
 // Context 512, batch 512, the given thread count for prompt and generation.
 // prefill = prompt tokens / time to evaluate them (best of --runs);
 // decode = (generated - 1) / (first .. last generated token), greedy, best of
-// --runs. Same prompt length and generated count on both sides.
+// --runs. Same prompt length and generated count on both sides. The last
+// column puts both prefills in multiply-adds per second in the blocks'
+// matrices (a prompt token's count as `sipllm bench` gives it) beside the
+// dot product peak it measures with as many threads (the kernels' own 8-bit
+// instruction alone: dot_product_peak() in engine.h).
 // Models: build/bench-models/SHAPE-TYPE.gguf, written by `npm run bench`
 // (or `sipllm gen`) when missing.
 import { execFileSync } from 'node:child_process';
@@ -121,13 +125,17 @@ async function main() {
   console.log(`\n${cpus()[0]?.model ?? 'CPU'}, ${cpus().length} hardware threads; prompt ${o.promptTokens} tokens, ` +
     `${o.genTokens} generated, best of ${o.runs}; SipLLM's kernels: ${rows.find((r) => r.sipllm?.kernels)?.sipllm.kernels ?? '–'}; ` +
     `llama.cpp: node-llama-cpp ${PEER_VERSION} prebuilt CPU binary\n`);
-  console.log('| model | threads | prefill tok/s SipLLM / llama.cpp | × | SipLLM first prefill tok/s | decode tok/s SipLLM / llama.cpp | × | decode weights GB/s (read probe) |');
-  console.log('|---|--:|--:|--:|--:|--:|--:|--:|');
+  console.log('| model | threads | prefill tok/s SipLLM / llama.cpp | × | SipLLM first prefill tok/s | decode tok/s SipLLM / llama.cpp | × | ' +
+    'decode weights GB/s (read probe) | prefill G multiply-adds/s SipLLM / llama.cpp (dot product peak) |');
+  console.log('|---|--:|--:|--:|--:|--:|--:|--:|--:|');
   for (const r of rows) {
     const s = r.sipllm ?? {};
     const l = r.llamaCpp ?? {};
+    // Both sides' prefill in the blocks' matrices, as `sipllm bench` counts a token's multiply-adds.
+    const gmacs = (tokS) => f(s.macsPerToken && tokS ? s.macsPerToken * tokS / 1e9 : 0);
     console.log(`| ${r.shape} ${r.type} | ${r.threads} | ${f(s.prefill)} / ${f(l.prefill)} | ${ratio(s.prefill, l.prefill)} | ${f(s.firstPrefill)} | ` +
-      `${f(s.decode)} / ${f(l.decode)} | ${ratio(s.decode, l.decode)} | ${f(s.decodeGBps)} (${f(s.readGBps)}) |`);
+      `${f(s.decode)} / ${f(l.decode)} | ${ratio(s.decode, l.decode)} | ${f(s.decodeGBps)} (${f(s.readGBps)}) | ` +
+      `${gmacs(s.prefill)} / ${gmacs(l.prefill)} (${f(s.peakGmacs)}) |`);
   }
   const out = o.json ?? join(repoRoot, 'build/bench', `native-peer-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
   mkdirSync(dirname(out), { recursive: true });

@@ -24,9 +24,12 @@ export function run(command, args, what) {
 // prefill with the weights already in memory ("prefill again", as a warm
 // run in the browser and llama.cpp's mapped file have them), the first
 // prefill (which reads them as it goes), decode, and decode's weight bytes
-// per second against the read probe's; and the kernels it names.
+// per second against the read probe's; a prompt token's multiply-adds in the
+// blocks' matrices and the dot product peak (G multiply-adds/s with as many
+// threads); and the kernels it names.
 export function nativeBenchFigures(cli, model, { threads, promptTokens, genTokens, runs }) {
-  let best = { prefill: 0, firstPrefill: 0, decode: 0, decodeGBps: 0, readGBps: 0, kernels: '' };
+  let best = { prefill: 0, firstPrefill: 0, decode: 0, decodeGBps: 0, readGBps: 0, macsPerToken: 0, peakGmacs: 0,
+    kernels: '' };
   for (let k = 0; k < runs; ++k) {
     const out = execFileSync(cli, ['bench', '-m', model, '--threads', String(threads), '--prompt-tokens',
       String(promptTokens), '--gen-tokens', String(genTokens)], { encoding: 'utf8' });
@@ -34,12 +37,15 @@ export function nativeBenchFigures(cli, model, { threads, promptTokens, genToken
     const prefill = Number(/^prefill again +([0-9.]+) tokens\/s/m.exec(out)?.[1] ?? 0);
     const decode = Number(/^decode +([0-9.]+) tokens\/s/m.exec(out)?.[1] ?? 0);
     const gbps = /^weight bandwidth .*read in decode: ([0-9.]+) GB\/s, .*read probe's ([0-9.]+) GB\/s/m.exec(out);
+    const macs = /^matrix products .*: ([0-9.]+) G multiply-adds\/s .*peak's ([0-9.]+) G\/s/m.exec(out);
     best = {
       prefill: Math.max(best.prefill, prefill),
       firstPrefill: Math.max(best.firstPrefill, firstPrefill),
       decode: Math.max(best.decode, decode),
       decodeGBps: Math.max(best.decodeGBps, Number(gbps?.[1] ?? 0)),
       readGBps: Math.max(best.readGBps, Number(gbps?.[2] ?? 0)),
+      macsPerToken: macs && prefill ? Number(macs[1]) * 1e9 / prefill : best.macsPerToken,
+      peakGmacs: Math.max(best.peakGmacs, Number(macs?.[2] ?? 0)),
       kernels: /^kernels +(.*)$/m.exec(out)?.[1] ?? best.kernels,
     };
   }
