@@ -641,17 +641,24 @@ function printTables(o, rows, meta) {
     out.push(`SipLLM in ${meta.browser} against its native build on the same files and threads: the WebAssembly ` +
              `penalty. Native: \`sipllm bench\` of build/native (Release, -march=native: ${natives.find((row) => row.native.kernels)?.native.kernels ?? '–'}), ` +
              `${o.promptTokens}-token prompt, ${o.genTokens} greedy tokens, best of ${Math.max(1, o.warmRuns)}; ` +
-             'its prefill with the weights already in memory, as a warm browser run has them.');
+             'its prefill with the weights already in memory, as a warm browser run has them. The last column puts ' +
+             'both prefills in multiply-adds per second in the blocks\' matrices beside the native build\'s dot product ' +
+             'peak (its 8-bit instruction alone, as many threads); WebAssembly\'s 128-bit one is lower: the kernel ' +
+             'benchmark\'s `dot product peak` case in Chromium (scripts/bench-kernels-wasm.sh --relaxed --chromium peak).');
     out.push('');
-    out.push('| model | type | thr | prefill tok/s browser / native | × | decode tok/s browser / native | × |');
-    out.push('|---|---|--:|--:|--:|--:|--:|');
+    out.push('| model | type | thr | prefill tok/s browser / native | × | decode tok/s browser / native | × | ' +
+             'prefill G multiply-adds/s browser / native (native dot product peak) |');
+    out.push('|---|---|--:|--:|--:|--:|--:|--:|');
     for (const row of natives) {
       const s = row.s && !row.s.error ? row.s : {};
       const n = row.native.error ? {} : row.native;
       const nativeCell = (v) => (row.native.error ? 'error' : tokS(v));
+      // A prompt token's multiply-adds in the blocks' matrices, as `sipllm bench` counts them.
+      const gmacs = (tokSValue) => (n.macsPerToken && tokSValue ? fmt(n.macsPerToken * tokSValue / 1e9, 1) : '–');
       out.push(`| ${row.model.shape} | ${row.model.type} | ${row.threads} | ${tokS(s.prefillTokS)} / ${nativeCell(n.prefill)} | ` +
                `${fmt(ratio(s.prefillTokS, n.prefill), 2)} | ${tokS(s.decodeTokS)} / ${nativeCell(n.decode)} | ` +
-               `${fmt(ratio(s.decodeTokS, n.decode), 2)} |`);
+               `${fmt(ratio(s.decodeTokS, n.decode), 2)} | ${gmacs(s.prefillTokS)} / ${gmacs(n.prefill)} ` +
+               `(${n.peakGmacs ? fmt(n.peakGmacs, 1) : '–'}) |`);
     }
   }
 
