@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "model/half.h"
 #include "kernels/quant_dot.h"
@@ -336,6 +337,33 @@ void dot_rows4_quad(const RowTile& tile, int n_blocks, const QuantizedActivation
 }
 #endif
 
+// An interleaved tile's scales (and minimums) as floats, four per block
+// each, converted once for all the tile's quads of positions.
+class TileScales {
+ public:
+  template <class F>
+  static constexpr int floats_per_block() { return F::kHasMin ? 8 : 4; }
+
+  // Those of `tile`, converted if it is not the last tile asked for.
+  template <class F>
+  const float* of(const RowTile& tile, int n_blocks) {
+    if (tile.row[0] == tile_) return floats_.data();
+    tile_ = tile.row[0];
+    floats_.resize(static_cast<size_t>(floats_per_block<F>() * n_blocks));
+    const simd::HalvesToFloats halves;
+    for (int b = 0; b < n_blocks; ++b) {
+      const uint8_t* group = tile.row[0] + static_cast<size_t>(b) * tile.block_stride;
+      simd::store(floats_.data() + floats_per_block<F>() * b, halves(group));
+      if (F::kHasMin) simd::store(floats_.data() + floats_per_block<F>() * b + 4, halves(group + 8));
+    }
+    return floats_.data();
+  }
+
+ private:
+  const uint8_t* tile_ = nullptr;
+  std::vector<float> floats_;
+};
+
 // dot_rows4_interleaved for four positions in quads (QuantizedActivations::
 // q8_quad), 4-bit values or unpacked 5-bit ones and the exact 8-bit dot
 // product, in 128-bit registers: WebAssembly's, and natively VNNI's without
@@ -348,19 +376,23 @@ void dot_rows4_quad(const RowTile& tile, int n_blocks, const QuantizedActivation
 // with one thread than row by row, where V8 spilled the positions' pointers
 // and sums and computed an address for each broadcast; natively on AVX-VNNI
 // 10-20 %. The unpacked 5-bit tiles (int16 pairs row by row before) gained
-// 25-35 % in Chromium with two threads, 10-25 % natively.
+// 25-35 % in Chromium with two threads, 10-25 % natively. The rows' scales
+// come converted to floats (TileScales), once per tile instead of once per
+// quad of positions: in WebAssembly a half float's conversion is ten
+// instructions and a branch; Chromium's Q4_0 tiles ran 5-8 % faster with
+// one thread, its prefill (SmolLM-135M Q4_0) 8-10 %.
 template <class F>
 void dot_rows4_interleaved_quad(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0,
-                                v128_t acc[4]) {
+                                const float* scales, v128_t acc[4]) {
   const auto [x8, xd, xs] = x.quad(p0);
-  const simd::HalvesToFloats halves;
   for (int j = 0; j < 4; ++j) acc[j] = wasm_f32x4_splat(0.0f);
   for (int b = 0; b < n_blocks; ++b) {
     const uint8_t* group = tile.row[0] + static_cast<size_t>(b) * tile.block_stride;
     const uint8_t* values = group + 4 * F::kValuesFrom;
     const int8_t* xb = x8 + 128 * b;
-    const v128_t dw4 = halves(group);
-    const v128_t mw4 = F::kHasMin ? halves(group + 8) : wasm_f32x4_splat(0.0f);
+    const float* block_scales = scales + TileScales::floats_per_block<F>() * b;
+    const v128_t dw4 = simd::load(block_scales);
+    const v128_t mw4 = F::kHasMin ? simd::load(block_scales + 4) : wasm_f32x4_splat(0.0f);
     v128_t low[4], high[4];
     simd::splat_each_lane_i32(wasm_i32x4_mul(simd::load(xs + 4 * b), wasm_i32x4_splat(-F::kOffset)), low);
     for (int half = 0; half < 2; ++half) {
@@ -435,14 +467,17 @@ void dot_rows4_signed_quad(const RowTile& tile, int n_blocks, const QuantizedAct
 // lane, so the sums need no transposing.
 template <class F, int kPositions, bool kExactByteDot>
 void dot_rows4_interleaved(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0,
-                           v128_t acc[kPositions]) {
+                           TileScales* scales, v128_t acc[kPositions]) {
 #if defined(SIPLLM_WIDE_GROUPS)
+  (void)scales;  // the wide tiles convert a group's scales as they go, with F16C's one instruction
   if constexpr (kPositions == 4) {
     if (x.in_quads(p0)) return dot_rows4_quad<F>(tile, n_blocks, x, p0, acc);
   }
 #else
   if constexpr (kPositions == 4 && kExactByteDot) {
-    if (x.in_quads(p0)) return dot_rows4_interleaved_quad<F>(tile, n_blocks, x, p0, acc);
+    if (x.in_quads(p0)) {
+      return dot_rows4_interleaved_quad<F>(tile, n_blocks, x, p0, scales->of<F>(tile, n_blocks), acc);
+    }
   }
 #endif
   const int8_t* x8s[kPositions];
@@ -492,12 +527,14 @@ void dot_rows4_interleaved(const RowTile& tile, int n_blocks, const QuantizedAct
 }
 
 // acc[j] lane i = row i's dot product with position p0 + j; kExactByteDot
-// is simd::exact_byte_dot().
+// is simd::exact_byte_dot(); `scales` keeps an interleaved tile's scales as
+// floats for four positions (nullptr for one).
 template <class F, int kPositions, bool kExactByteDot>
-void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0, v128_t acc[kPositions]) {
+void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0, TileScales* scales,
+               v128_t acc[kPositions]) {
   if constexpr (F::kValuesFrom != 0) {
     if (tile.values_interleaved) {
-      return dot_rows4_interleaved<F, kPositions, kExactByteDot>(tile, n_blocks, x, p0, acc);
+      return dot_rows4_interleaved<F, kPositions, kExactByteDot>(tile, n_blocks, x, p0, scales, acc);
     }
   }
 #if defined(SIPLLM_WIDE_GROUPS)
@@ -590,12 +627,13 @@ void rows_simd(const WeightMatrix& w, int row_begin, int row_end, const Activati
                size_t y_stride) {
   const QuantizedActivations& q = *x.q;
   const int n_blocks = w.cols / kBlock;
+  TileScales scales;
   simd::with_exact_byte_dot([&](auto exact) {
     constexpr bool kExact = decltype(exact)::value;
     for_each_row_tile<4>(
         w, row_begin, row_end, x.n_positions, y, y_stride,
-        [&](const RowTile& tile, int p, v128_t* acc) { dot_rows4<F, 4, kExact>(tile, n_blocks, q, p, acc); },
-        [&](const RowTile& tile, int p, v128_t* acc) { dot_rows4<F, 1, kExact>(tile, n_blocks, q, p, acc); });
+        [&](const RowTile& tile, int p, v128_t* acc) { dot_rows4<F, 4, kExact>(tile, n_blocks, q, p, &scales, acc); },
+        [&](const RowTile& tile, int p, v128_t* acc) { dot_rows4<F, 1, kExact>(tile, n_blocks, q, p, nullptr, acc); });
   });
 }
 
