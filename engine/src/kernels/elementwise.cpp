@@ -155,6 +155,30 @@ void softcap_reference(float* x, int n, float cap) {
   for (int i = 0; i < n; ++i) x[i] = static_cast<float>(cap * std::tanh(static_cast<double>(x[i]) / cap));
 }
 
+bool floats_to_halves(const float* x, uint16_t* out, int n) {
+  const simd::HalfRounding rounding;
+  const int n8 = n & ~7;
+  v128_t largest = wasm_i32x4_splat(0);  // of the halves' magnitudes
+  const v128_t magnitude = wasm_i32x4_splat(0x7fff);
+  for (int i = 0; i < n8; i += 8) {
+    const v128_t low = rounding.bits_simd128(simd::load(x + i));
+    const v128_t high = rounding.bits_simd128(simd::load(x + i + 4));
+    largest = wasm_u32x4_max(largest, wasm_u32x4_max(wasm_v128_and(low, magnitude), wasm_v128_and(high, magnitude)));
+    simd::store(out + i, wasm_u16x8_narrow_i32x4(low, high));
+  }
+  const bool non_finite = wasm_v128_any_true(wasm_u32x4_ge(largest, wasm_i32x4_splat(0x7c00)));
+  return floats_to_halves_reference(x + n8, out + n8, n - n8) || non_finite;
+}
+
+bool floats_to_halves_reference(const float* x, uint16_t* out, int n) {
+  bool non_finite = false;  // an exponent of all ones
+  for (int i = 0; i < n; ++i) {
+    out[i] = float_to_fp16(x[i]);
+    non_finite = non_finite || (out[i] & 0x7c00u) == 0x7c00u;
+  }
+  return non_finite;
+}
+
 void add_in_place(float* x, const float* y, int n) {
   for (int i = 0; i < n; ++i) x[i] += y[i];
 }

@@ -3,6 +3,8 @@
 // on a batch), which keeps prefill bit-identical to one token at a time.
 #pragma once
 
+#include <cstdint>
+
 namespace sipllm {
 
 // out = x / sqrt(mean(x^2) + eps) * weight
@@ -27,6 +29,11 @@ void gelu_tanh_glu_reference(float* gate, const float* up, int n);
 // x[i] = cap * tanh(x[i] / cap) (Gemma 2's soft-capping of logits).
 void softcap(float* x, int n, float cap);
 void softcap_reference(float* x, int n, float cap);
+
+// out[i] = x[i] as a half float (half.h's float_to_fp16); true where one of
+// them is infinite or NaN.
+bool floats_to_halves(const float* x, uint16_t* out, int n);
+bool floats_to_halves_reference(const float* x, uint16_t* out, int n);
 
 // x[i] += y[i]
 void add_in_place(float* x, const float* y, int n);

@@ -758,6 +758,24 @@ TEST(KernelsElementwise, SwigluMatchesReference) {
   }
 }
 
+TEST(KernelsElementwise, FloatsToHalvesMatchReference) {
+  std::mt19937 rng(41);
+  for (int n : kSizes) {
+    // Over the halves' whole range, with one special value (or none) at a
+    // place that moves from size to size: in a vector of eight, in the tail.
+    std::vector<float> x = random_floats(rng, static_cast<size_t>(n), 60000.0f);
+    for (size_t i = 0; i < x.size(); i += 3) x[i] *= 1e-9f;  // subnormal halves and zeros
+    for (const float special : {0.0f, INFINITY, -INFINITY, NAN, 65520.0f}) {
+      std::vector<float> with = x;
+      if (n > 0 && special != 0.0f) with[static_cast<size_t>(n) * 7 / 10] = special;
+      std::vector<uint16_t> out(static_cast<size_t>(n)), ref(static_cast<size_t>(n));
+      const bool non_finite = floats_to_halves(with.data(), out.data(), n);
+      ASSERT_EQ(non_finite, floats_to_halves_reference(with.data(), ref.data(), n)) << n << " " << special;
+      ASSERT_EQ(out, ref) << n << " " << special;
+    }
+  }
+}
+
 TEST(KernelsElementwise, GeluTanhGluMatchesReference) {
   std::mt19937 rng(43);
   for (int n : kSizes) {
@@ -832,6 +850,12 @@ TEST(KernelsSimd, RoundToF16EqualsTheHalfFloatRoundTrip) {
         }
       }
     }
+  }
+  // The half floats' bits.
+  for (size_t i = 0; i < values.size(); i += 4) {
+    alignas(16) uint32_t bits[4];
+    simd::store(bits, rounding.bits_simd128(simd::load(&values[i])));
+    for (size_t j = 0; j < 4; ++j) ASSERT_EQ(bits[j], float_to_fp16(values[i + j])) << values[i + j];
   }
   // The shorter form: past_range() for what the round trip takes out of
   // the half floats' range (beyond 65504, infinity, NaN; the platform's form

@@ -812,6 +812,22 @@ class HalfRounding {
   }
   bool past_range(v128_t largest) const { return wasm_v128_any_true(wasm_u32x4_gt(largest, largest_half_)); }
 
+  // Each lane's half float bits (in the low 16 bits of its 32), in SIMD128
+  // alone: half.h's float_to_fp16, NaN included (its sign, then 0x7e00).
+  // Rounded first, then times 2^-112: a normal half's value becomes the
+  // float whose bits, shifted right by 13, are the half's (the exponent
+  // rebiased from 127 to 15), a subnormal one (k * 2^-24) the float
+  // subnormal k * 2^13 * 2^-149, shifted, k; both exactly. Infinity stays
+  // infinity, whose shifted bits are capped to the half's.
+  v128_t bits_simd128(v128_t x) const {
+    const v128_t magnitude = wasm_v128_andnot(simd128(x), sign_);
+    v128_t bits = wasm_u32x4_shr(wasm_f32x4_mul(magnitude, wasm_f32x4_splat(0x1p-112f)), 13);
+    bits = wasm_u32x4_min(bits, wasm_i32x4_splat(0x7c00));
+    const v128_t nan = wasm_i32x4_gt(magnitude, exponent_);
+    bits = wasm_v128_or(bits, wasm_v128_and(nan, wasm_i32x4_splat(0x0200)));
+    return wasm_v128_or(bits, wasm_u32x4_shr(wasm_v128_and(x, sign_), 16));
+  }
+
  private:
   v128_t sign_, exponent_, smallest_binade_, largest_binade_, thirteen_binades_, largest_half_;
 };

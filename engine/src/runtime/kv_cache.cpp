@@ -5,7 +5,7 @@
 #include <cstring>
 #include <string>
 
-#include "model/half.h"
+#include "kernels/elementwise.h"
 #include "sipllm/error.h"
 
 namespace sipllm {
@@ -76,13 +76,8 @@ void KvCache::store(int layer, int pos, const float* key, const float* value) {
   }
   auto* k16 = static_cast<uint16_t*>(k);
   auto* v16 = static_cast<uint16_t*>(v);
-  bool non_finite = false;  // an exponent of all ones: infinity or NaN
-  for (int i = 0; i < kv_dim_; ++i) {
-    k16[i] = float_to_fp16(key[i]);
-    v16[i] = float_to_fp16(value[i]);
-    non_finite = non_finite || (k16[i] & 0x7c00u) == 0x7c00u || (v16[i] & 0x7c00u) == 0x7c00u;
-  }
-  if (non_finite) non_finite_half_.store(true, std::memory_order_relaxed);
+  const bool key_non_finite = floats_to_halves(key, k16, kv_dim_);
+  if (floats_to_halves(value, v16, kv_dim_) || key_non_finite) non_finite_half_.store(true, std::memory_order_relaxed);
 }
 
 int KvCache::reusable_prefix(int common, const std::vector<int>& layer_window) const {
