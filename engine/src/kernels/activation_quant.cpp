@@ -33,6 +33,16 @@ float rounding_factor(float max) {
   return std::isinf(inverse) ? 0.0f : inverse;
 }
 
+// Each lane rounded to the nearest integer (ties to even, as nearbyint),
+// for |v| < 2^22 (v is at most 127 in magnitude here): adding 1.5 * 2^23
+// leaves the integer in the sum's low bits, and taking the sum's bits from
+// the constant's gives it. Two instructions where V8 takes eight for
+// nearest and trunc_sat; a NaN lane gives 0, as trunc_sat's does.
+v128_t round_to_i32(v128_t v) {
+  const v128_t shifter = wasm_f32x4_splat(0x1.8p23f);
+  return wasm_v128_and(wasm_i32x4_sub(wasm_f32x4_add(v, shifter), shifter), wasm_f32x4_eq(v, v));
+}
+
 }  // namespace
 
 bool keeps_quads(ActivationFormat format) { return format == ActivationFormat::kQ8_0; }
@@ -63,10 +73,8 @@ void quantize_activation_row(const float* x, int cols, ActivationFormat format, 
     for (int run = 0; run < block; run += 32) {
       v128_t run_sum = wasm_i32x4_splat(0);
       for (int i = run; i < run + 32; i += 8) {
-        const v128_t lo = wasm_i32x4_trunc_sat_f32x4(
-            wasm_f32x4_nearest(wasm_f32x4_mul(simd::load(xb + i), inverse)));
-        const v128_t hi = wasm_i32x4_trunc_sat_f32x4(
-            wasm_f32x4_nearest(wasm_f32x4_mul(simd::load(xb + i + 4), inverse)));
+        const v128_t lo = round_to_i32(wasm_f32x4_mul(simd::load(xb + i), inverse));
+        const v128_t hi = round_to_i32(wasm_f32x4_mul(simd::load(xb + i + 4), inverse));
         run_sum = wasm_i32x4_add(run_sum, wasm_i32x4_add(lo, hi));
         simd::store(qb + i, wasm_i16x8_narrow_i32x4(lo, hi));
       }

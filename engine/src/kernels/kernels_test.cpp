@@ -151,6 +151,12 @@ TEST(KernelsActivationQuant, SimdEqualsReferenceAndStaysWithinHalfAStep) {
       std::vector<float> x = random_floats(rng, static_cast<size_t>(c.cols), scale);
       for (int i = 0; i < block; ++i) x[static_cast<size_t>(i)] = 0.0f;  // an all-zero block
       x[static_cast<size_t>(block) % x.size()] = 1e-30f;                  // a tiny value
+      if (scale == 1.0f && c.cols >= 2 * block) {
+        // Ties, which go to even: 127 the block's largest, so its values
+        // are rounded as they are.
+        const float ties[] = {127.0f, 2.5f, -2.5f, 3.5f, -3.5f, 0.5f, -0.5f, 126.5f, -125.5f};
+        for (size_t i = 0; i < std::size(ties); ++i) x[static_cast<size_t>(block) + 1 + i] = ties[i];
+      }
       std::vector<int16_t> q(x.size()), q_ref(x.size());
       std::vector<float> d(x.size() / static_cast<size_t>(block)), d_ref(d.size());
       std::vector<int32_t> sums(x.size() / 32), sums_ref(sums.size());
