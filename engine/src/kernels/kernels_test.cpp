@@ -133,6 +133,13 @@ TEST(KernelsExp, WithinThreeUlpOfStdExp) {
   EXPECT_EQ(out[1], 1.0f);
   EXPECT_LT(out[2], 1.2e-38f);
   EXPECT_GT(out[3], 3e38f);
+  // NaN stays NaN (a softmax over a NaN score must not hide it); the
+  // infinities are taken as the range's ends.
+  simd::store(out, simd::exp_f32x4(wasm_f32x4_make(NAN, -NAN, -INFINITY, INFINITY)));
+  EXPECT_TRUE(std::isnan(out[0]));
+  EXPECT_TRUE(std::isnan(out[1]));
+  EXPECT_LT(out[2], 1.2e-38f);
+  EXPECT_GT(out[3], 3e38f);
 }
 
 // ---- Activation quantization ---------------------------------------------------

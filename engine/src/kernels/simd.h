@@ -838,8 +838,18 @@ class HalfRounding {
 // (results below FLT_MIN flush to zero; above ~88.7 saturate to infinity).
 // Cody-Waite reduction x = n ln2 + r, then a degree-6 polynomial for e^r.
 inline v128_t exp_f32x4(v128_t x) {
-  x = wasm_f32x4_min(wasm_f32x4_max(x, wasm_f32x4_splat(-87.33654f)), wasm_f32x4_splat(88.72283f));
-  const v128_t n = wasm_f32x4_nearest(wasm_f32x4_mul(x, wasm_f32x4_splat(1.44269504088896341f)));
+  // pmax and pmin with x first keep a NaN (x < bound is false) in one
+  // instruction each; V8 takes seven for max and min, which must order
+  // NaNs and zeros whatever the operands.
+  x = wasm_f32x4_pmin(wasm_f32x4_pmax(x, wasm_f32x4_splat(-87.33654f)), wasm_f32x4_splat(88.72283f));
+  // n = x / ln 2 rounded to the nearest integer (ties to even), as a float
+  // and as an integer: adding 1.5 * 2^23 leaves it in the sum's low bits
+  // (|n| < 2^22 here), in three instructions where V8 takes six for
+  // nearest and trunc_sat.
+  const v128_t shifter = wasm_f32x4_splat(0x1.8p23f);
+  const v128_t shifted = wasm_f32x4_add(wasm_f32x4_mul(x, wasm_f32x4_splat(1.44269504088896341f)), shifter);
+  const v128_t n = wasm_f32x4_sub(shifted, shifter);
+  const v128_t ni = wasm_i32x4_sub(shifted, shifter);
   v128_t r = wasm_f32x4_sub(x, wasm_f32x4_mul(n, wasm_f32x4_splat(0.693359375f)));
   r = wasm_f32x4_sub(r, wasm_f32x4_mul(n, wasm_f32x4_splat(-2.12194440e-4f)));
   v128_t p = wasm_f32x4_splat(1.9875691500e-4f);
@@ -852,7 +862,6 @@ inline v128_t exp_f32x4(v128_t x) {
   p = wasm_f32x4_add(wasm_f32x4_add(wasm_f32x4_mul(p, r2), r), wasm_f32x4_splat(1.0f));
   // Scale by 2^n in two steps so that n = 128 (x near the top) and n = -126
   // (x near the bottom) stay representable.
-  const v128_t ni = wasm_i32x4_trunc_sat_f32x4(n);
   const v128_t half_n = wasm_i32x4_shr(ni, 1);
   const v128_t scale1 = wasm_i32x4_shl(wasm_i32x4_add(half_n, wasm_i32x4_splat(127)), 23);
   const v128_t scale2 =
