@@ -467,17 +467,10 @@ void dot_rows4_signed_quad(const RowTile& tile, int n_blocks, const QuantizedAct
 // lane, so the sums need no transposing.
 template <class F, int kPositions, bool kExactByteDot>
 void dot_rows4_interleaved(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0,
-                           TileScales* scales, v128_t acc[kPositions]) {
+                           v128_t acc[kPositions]) {
 #if defined(SIPLLM_WIDE_GROUPS)
-  (void)scales;  // the wide tiles convert a group's scales as they go, with F16C's one instruction
   if constexpr (kPositions == 4) {
     if (x.in_quads(p0)) return dot_rows4_quad<F>(tile, n_blocks, x, p0, acc);
-  }
-#else
-  if constexpr (kPositions == 4 && kExactByteDot) {
-    if (x.in_quads(p0)) {
-      return dot_rows4_interleaved_quad<F>(tile, n_blocks, x, p0, scales->of<F>(tile, n_blocks), acc);
-    }
   }
 #endif
   const int8_t* x8s[kPositions];
@@ -527,14 +520,12 @@ void dot_rows4_interleaved(const RowTile& tile, int n_blocks, const QuantizedAct
 }
 
 // acc[j] lane i = row i's dot product with position p0 + j; kExactByteDot
-// is simd::exact_byte_dot(); `scales` keeps an interleaved tile's scales as
-// floats for four positions (nullptr for one).
+// is simd::exact_byte_dot().
 template <class F, int kPositions, bool kExactByteDot>
-void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0, TileScales* scales,
-               v128_t acc[kPositions]) {
+void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0, v128_t acc[kPositions]) {
   if constexpr (F::kValuesFrom != 0) {
     if (tile.values_interleaved) {
-      return dot_rows4_interleaved<F, kPositions, kExactByteDot>(tile, n_blocks, x, p0, scales, acc);
+      return dot_rows4_interleaved<F, kPositions, kExactByteDot>(tile, n_blocks, x, p0, acc);
     }
   }
 #if defined(SIPLLM_WIDE_GROUPS)
@@ -627,13 +618,22 @@ void rows_simd(const WeightMatrix& w, int row_begin, int row_end, const Activati
                size_t y_stride) {
   const QuantizedActivations& q = *x.q;
   const int n_blocks = w.cols / kBlock;
-  TileScales scales;
+  [[maybe_unused]] TileScales scales;
   simd::with_exact_byte_dot([&](auto exact) {
     constexpr bool kExact = decltype(exact)::value;
     for_each_row_tile<4>(
         w, row_begin, row_end, x.n_positions, y, y_stride,
-        [&](const RowTile& tile, int p, v128_t* acc) { dot_rows4<F, 4, kExact>(tile, n_blocks, q, p, &scales, acc); },
-        [&](const RowTile& tile, int p, v128_t* acc) { dot_rows4<F, 1, kExact>(tile, n_blocks, q, p, nullptr, acc); });
+        [&](const RowTile& tile, int p, v128_t* acc) {
+#if !defined(SIPLLM_WIDE_GROUPS)
+          if constexpr (kExact && F::kValuesFrom != 0) {
+            if (tile.values_interleaved && q.in_quads(p)) {
+              return dot_rows4_interleaved_quad<F>(tile, n_blocks, q, p, scales.of<F>(tile, n_blocks), acc);
+            }
+          }
+#endif
+          dot_rows4<F, 4, kExact>(tile, n_blocks, q, p, acc);
+        },
+        [&](const RowTile& tile, int p, v128_t* acc) { dot_rows4<F, 1, kExact>(tile, n_blocks, q, p, acc); });
   });
 }
 
