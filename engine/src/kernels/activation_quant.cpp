@@ -1,5 +1,6 @@
 #include "kernels/activation_quant.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -59,26 +60,44 @@ int activation_block(ActivationFormat format) {
 void quantize_activation_row(const float* x, int cols, ActivationFormat format, int16_t* q,
                              float* d, int32_t* sums) {
   const int block = activation_block(format);
-  for (int b = 0; b < cols / block; ++b) {
-    const float* xb = x + static_cast<size_t>(b) * block;
-    v128_t amax = wasm_f32x4_splat(0.0f);
-    for (int i = 0; i < block; i += 4) {
-      amax = wasm_f32x4_pmax(amax, wasm_f32x4_abs(simd::load(xb + i)));
+  const int n_blocks = cols / block;
+  const simd::HalfRounding to_half;
+  // Four blocks at a time: their largest magnitudes first, so that Q8_0's
+  // scales (max / 127 rounded to a half float) are rounded together; one by
+  // one, in WebAssembly, each took two scalar conversions with branches.
+  for (int first = 0; first < n_blocks; first += 4) {
+    const int group = std::min(4, n_blocks - first);
+    alignas(16) float max[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int g = 0; g < group; ++g) {
+      const float* xb = x + static_cast<size_t>(first + g) * block;
+      v128_t amax = wasm_f32x4_splat(0.0f);
+      for (int i = 0; i < block; i += 4) amax = wasm_f32x4_pmax(amax, wasm_f32x4_abs(simd::load(xb + i)));
+      // (pmax: the magnitudes hold no NaN, which pmax leaves out above.)
+      amax = wasm_f32x4_pmax(amax, wasm_i32x4_shuffle(amax, amax, 2, 3, 0, 1));
+      amax = wasm_f32x4_pmax(amax, wasm_i32x4_shuffle(amax, amax, 1, 0, 3, 2));
+      max[g] = wasm_f32x4_extract_lane(amax, 0);
     }
-    const float max = simd::max_f32(amax);
-    const float inverse_scale = rounding_factor(max);
-    d[b] = block_scale(format, max, inverse_scale);
-    const v128_t inverse = wasm_f32x4_splat(inverse_scale);
-    int16_t* qb = q + static_cast<size_t>(b) * block;
-    for (int run = 0; run < block; run += 32) {
-      v128_t run_sum = wasm_i32x4_splat(0);
-      for (int i = run; i < run + 32; i += 8) {
-        const v128_t lo = round_to_i32(wasm_f32x4_mul(simd::load(xb + i), inverse));
-        const v128_t hi = round_to_i32(wasm_f32x4_mul(simd::load(xb + i + 4), inverse));
-        run_sum = wasm_i32x4_add(run_sum, wasm_i32x4_add(lo, hi));
-        simd::store(qb + i, wasm_i16x8_narrow_i32x4(lo, hi));
+    alignas(16) float half_scale[4];
+    if (format == ActivationFormat::kQ8_0) {
+      simd::store(half_scale, to_half(wasm_f32x4_div(simd::load(max), wasm_f32x4_splat(127.0f))));
+    }
+    for (int g = 0; g < group; ++g) {
+      const int b = first + g;
+      const float* xb = x + static_cast<size_t>(b) * block;
+      const float inverse_scale = rounding_factor(max[g]);
+      d[b] = format == ActivationFormat::kQ8_0 ? half_scale[g] : block_scale(format, max[g], inverse_scale);
+      const v128_t inverse = wasm_f32x4_splat(inverse_scale);
+      int16_t* qb = q + static_cast<size_t>(b) * block;
+      for (int run = 0; run < block; run += 32) {
+        v128_t run_sum = wasm_i32x4_splat(0);
+        for (int i = run; i < run + 32; i += 8) {
+          const v128_t lo = round_to_i32(wasm_f32x4_mul(simd::load(xb + i), inverse));
+          const v128_t hi = round_to_i32(wasm_f32x4_mul(simd::load(xb + i + 4), inverse));
+          run_sum = wasm_i32x4_add(run_sum, wasm_i32x4_add(lo, hi));
+          simd::store(qb + i, wasm_i16x8_narrow_i32x4(lo, hi));
+        }
+        sums[(b * block + run) / 32] = simd::sum_i32(run_sum);
       }
-      sums[(b * block + run) / 32] = simd::sum_i32(run_sum);
     }
   }
 }
