@@ -566,7 +566,24 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
     const auto accumulate = [&](int j, const v128_t s[4]) {
       acc[j] = add_block<F>(acc[j], simd::transpose_sum_i32(s[0], s[1], s[2], s[3]), dw4, mw4, xd[j][b], xs[j][b]);
     };
-    if constexpr (F::kSignedBytes && kExactByteDot) {
+    if constexpr (F::kSignedBytes && kExactByteDot && kPositions == 1) {
+      // sum(w * x) = sum((w + 128) * x) - 128 * sum(x): for one position
+      // the weights are shifted (one operation per 16) and the position's
+      // sum, once per block, is where every row's lanes start (-32 * sum(x)
+      // each), instead of the form below, whose sums of the weights take
+      // two more dot products per row and block.
+      const int8_t* x8 = x8s[0] + b * kBlock;
+      const v128_t x0 = simd::load(x8), x1 = simd::load(x8 + 16);
+      const v128_t start = wasm_i32x4_splat(-32 * xs[0][b]);
+      v128_t s[4];
+      for (int i = 0; i < 4; ++i) {
+        v128_t w[2];
+        F::unpack_signed_bytes(block[i], w);
+        s[i] = simd::dot_u8i8x16_add(simd::shift_to_unsigned(w[1]), x1,
+                                     simd::dot_u8i8x16_add(simd::shift_to_unsigned(w[0]), x0, start));
+      }
+      accumulate(0, s);
+    } else if constexpr (F::kSignedBytes && kExactByteDot) {
       // sum(w * x) = sum(w * (x + 128)) - 128 * sum(w): each row's second
       // term, once per block, is where every position's sum starts.
       v128_t w[4][2], start[4];
