@@ -71,8 +71,9 @@ void quantize_activation_row(const float* x, int cols, ActivationFormat format, 
     for (int g = 0; g < group; ++g) {
       const float* xb = x + static_cast<size_t>(first + g) * block;
       v128_t amax = wasm_f32x4_splat(0.0f);
+      // pmax leaves a NaN out (amax < NaN is false), so amax holds none,
+      // and its lanes' maximum needs no NaN handling either.
       for (int i = 0; i < block; i += 4) amax = wasm_f32x4_pmax(amax, wasm_f32x4_abs(simd::load(xb + i)));
-      // (pmax: the magnitudes hold no NaN, which pmax leaves out above.)
       amax = wasm_f32x4_pmax(amax, wasm_i32x4_shuffle(amax, amax, 2, 3, 0, 1));
       amax = wasm_f32x4_pmax(amax, wasm_i32x4_shuffle(amax, amax, 1, 0, 3, 2));
       max[g] = wasm_f32x4_extract_lane(amax, 0);

@@ -835,12 +835,13 @@ class HalfRounding {
 // ---- Transcendentals -------------------------------------------------------
 
 // e^x for each lane, within 2 ulp of std::exp over the range that matters
-// (results below FLT_MIN flush to zero; above ~88.7 saturate to infinity).
+// (below -87.3 it gives FLT_MIN; above ~88.7 it saturates to infinity; NaN
+// stays NaN).
 // Cody-Waite reduction x = n ln2 + r, then a degree-6 polynomial for e^r.
 inline v128_t exp_f32x4(v128_t x) {
-  // pmax and pmin with x first keep a NaN (x < bound is false) in one
-  // instruction each; V8 takes seven for max and min, which must order
-  // NaNs and zeros whatever the operands.
+  // pmax and pmin with x first keep a NaN (a comparison with it is false,
+  // which picks x), in one instruction each; V8 takes seven for max and
+  // min, which must order NaNs and zeros whatever the operands.
   x = wasm_f32x4_pmin(wasm_f32x4_pmax(x, wasm_f32x4_splat(-87.33654f)), wasm_f32x4_splat(88.72283f));
   // n = x / ln 2 rounded to the nearest integer (ties to even), as a float
   // and as an integer: adding 1.5 * 2^23 leaves it in the sum's low bits
