@@ -79,9 +79,9 @@ void weigh_values(const float* scores, int span, const KvCache& cache, int layer
 // key by key: a running maximum M and sum S. Where key t raises M, what was
 // summed before it is rescaled by exp(M_old - M) and the key weighs 1;
 // otherwise it weighs exp(score - M). Replaces scores[t] with key t's weight
-// and writes rescale[t] (1 where M stayed); returns S.
-float online_softmax_weights(float* scores, float* rescale, int span) {
-  float max = -INFINITY, sum = 0.0f;
+// and writes rescale[t] (1 where M stayed); softmax_sums() then gives S.
+void online_softmax_weights(float* scores, float* rescale, int span) {
+  float max = -INFINITY;
   for (int t = 0; t < span; ++t) {
     const float score = scores[t];
     if (score > max) {
@@ -92,80 +92,163 @@ float online_softmax_weights(float* scores, float* rescale, int span) {
       rescale[t] = 1.0f;
       scores[t] = std::exp(score - max);
     }
-    sum = sum * rescale[t] + scores[t];
   }
-  return sum;
 }
 
-// Elements [d0, d0 + 4 * kVectors) of one head's weighted sum of an F16
-// cache's values, as ggml's flash attention computes it (llama.cpp's default
-// on a CPU): keys in order, the sum kept in half floats, rounded after every
-// rescaling and every key. The sum stays in registers across all keys.
-// Rounded with HalfRounding::in_range, and again with the whole rounding
-// (kExact) should a sum leave the half floats' range.
-template <int kVectors, bool kFinite, bool kExact = false>
-void weigh_values_as_ggml_f16_chunk(const float* weight, const float* rescale, int span, const KvCache& cache,
+// S of online_softmax_weights for kGroup heads (head g's weights at
+// weights + g * span, its rescalings at rescales + g * span): S = S *
+// rescale[t] + weight[t], key by key. Kept apart from the exponentials and
+// the heads side by side, each head's chain of additions waits on no call.
+template <int kGroup>
+void softmax_sums(const float* weights, const float* rescales, int span, float sums[kGroup]) {
+  for (int g = 0; g < kGroup; ++g) sums[g] = 0.0f;
+  for (int t = 0; t < span; ++t) {
+    for (int g = 0; g < kGroup; ++g) sums[g] = sums[g] * rescales[g * span + t] + weights[g * span + t];
+  }
+}
+
+// Elements [d0, d0 + 4 * kVectors) of kGroup heads' weighted sums of an F16
+// cache's values, as ggml's flash attention computes each (llama.cpp's
+// default on a CPU): keys in order, the sum kept in half floats, rounded
+// after every rescaling and every key. Head g's weights and rescalings are
+// at weights + g * span and rescales + g * span, its sum goes to
+// out + g * out_stride. The sums stay in registers across all keys and the
+// heads share each value's conversion. Each key's rounding waits for the
+// previous one's: with the heads side by side, kGroup * kVectors such
+// chains run at once instead of kVectors. Rounded with
+// HalfRounding::in_range, and again with the whole rounding (kExact) should
+// a sum leave the half floats' range.
+template <int kGroup, int kVectors, bool kFinite, bool kExact = false>
+void weigh_values_as_ggml_f16_chunk(const float* weights, const float* rescales, int span, const KvCache& cache,
                                     int layer, int first, int offset, const simd::HalfRounding& round_to_f16,
-                                    float* out) {
+                                    float* out, int out_stride) {
   v128_t largest = wasm_i32x4_splat(0);
   const auto round = [&](v128_t x) { return kExact ? round_to_f16(x) : round_to_f16.in_range(x, largest); };
-  v128_t acc[kVectors];
-  for (int j = 0; j < kVectors; ++j) acc[j] = wasm_f32x4_splat(0.0f);
+  v128_t acc[kGroup][kVectors];
+  for (int g = 0; g < kGroup; ++g) {
+    for (int j = 0; j < kVectors; ++j) acc[g][j] = wasm_f32x4_splat(0.0f);
+  }
   for (int t = 0; t < span; ++t) {
-    // Multiplying by 1 would give back the same halves: only a rise of the
-    // maximum rescales.
-    if (rescale[t] != 1.0f) {
-      const v128_t r = wasm_f32x4_splat(rescale[t]);
-      for (int j = 0; j < kVectors; ++j) acc[j] = round(wasm_f32x4_mul(acc[j], r));
+    v128_t w[kGroup];
+    for (int g = 0; g < kGroup; ++g) {
+      // Multiplying by 1 would give back the same halves: only a rise of the
+      // maximum rescales.
+      const float rescale = rescales[g * span + t];
+      if (rescale != 1.0f) {
+        const v128_t r = wasm_f32x4_splat(rescale);
+        for (int j = 0; j < kVectors; ++j) acc[g][j] = round(wasm_f32x4_mul(acc[g][j], r));
+      }
+      w[g] = wasm_f32x4_splat(weights[g * span + t] * (kLoadScale<uint16_t, kFinite>));
     }
     const uint16_t* v = cache.value<uint16_t>(layer, first + t) + offset;
-    const v128_t w = wasm_f32x4_splat(weight[t] * (kLoadScale<uint16_t, kFinite>));
     for (int j = 0; j < kVectors; ++j) {
-      acc[j] = round(wasm_f32x4_add(acc[j], wasm_f32x4_mul(load4<kFinite>(v + 4 * j), w)));
+      const v128_t value = load4<kFinite>(v + 4 * j);
+      for (int g = 0; g < kGroup; ++g) acc[g][j] = round(wasm_f32x4_add(acc[g][j], wasm_f32x4_mul(value, w[g])));
     }
   }
   if constexpr (!kExact) {
     if (round_to_f16.past_range(largest)) {
-      return weigh_values_as_ggml_f16_chunk<kVectors, kFinite, true>(weight, rescale, span, cache, layer, first,
-                                                                     offset, round_to_f16, out);
+      return weigh_values_as_ggml_f16_chunk<kGroup, kVectors, kFinite, true>(weights, rescales, span, cache, layer,
+                                                                             first, offset, round_to_f16, out,
+                                                                             out_stride);
     }
   }
-  for (int j = 0; j < kVectors; ++j) simd::store(out + 4 * j, acc[j]);
+  for (int g = 0; g < kGroup; ++g) {
+    for (int j = 0; j < kVectors; ++j) simd::store(out + g * out_stride + 4 * j, acc[g][j]);
+  }
+}
+
+#if defined(SIPLLM_WIDE_HALVES)
+// weigh_values_as_ggml_f16_chunk for elements [d0, d0 + 16 * kVectors),
+// sixteen lanes at a time (natively: simd::HalfSum16): the same sums bit for
+// bit. In range or not, F16C rounds them exactly.
+template <int kGroup, int kVectors>
+void weigh_values_as_ggml_f16_chunk_wide(const float* weights, const float* rescales, int span, const KvCache& cache,
+                                         int layer, int first, int offset, float* out, int out_stride) {
+  simd::HalfSum16 acc[kGroup][kVectors];
+  for (int t = 0; t < span; ++t) {
+    for (int g = 0; g < kGroup; ++g) {
+      const float rescale = rescales[g * span + t];
+      if (rescale != 1.0f) {
+        for (int j = 0; j < kVectors; ++j) acc[g][j].rescale(rescale);
+      }
+    }
+    const uint16_t* v = cache.value<uint16_t>(layer, first + t) + offset;
+    for (int j = 0; j < kVectors; ++j) {
+      const simd::Halves16 values = simd::Halves16::load(v + 16 * j);
+      for (int g = 0; g < kGroup; ++g) acc[g][j].add(values, weights[g * span + t]);
+    }
+  }
+  for (int g = 0; g < kGroup; ++g) {
+    for (int j = 0; j < kVectors; ++j) acc[g][j].store(out + g * out_stride + 16 * j);
+  }
+}
+#endif
+
+// kGroup heads' weighted sums (as weigh_values_as_ggml_f16_chunk), 16
+// elements at a time (64 natively where they are wide), then 4, then one by
+// one.
+template <int kGroup, bool kFinite>
+void weigh_values_as_ggml_f16_group(const float* weights, const float* rescales, int span, const KvCache& cache,
+                                    int layer, int first, int kv_offset, int head_dim, float* out) {
+  const simd::HalfRounding round_to_f16;
+  const int dim4 = head_dim & ~3, dim16 = head_dim & ~15;
+  int d = 0;
+#if defined(SIPLLM_WIDE_HALVES)
+  for (; d + 64 <= dim16; d += 64) {
+    weigh_values_as_ggml_f16_chunk_wide<kGroup, 4>(weights, rescales, span, cache, layer, first, kv_offset + d, out + d,
+                                                   head_dim);
+  }
+  for (; d < dim16; d += 16) {
+    weigh_values_as_ggml_f16_chunk_wide<kGroup, 1>(weights, rescales, span, cache, layer, first, kv_offset + d, out + d,
+                                                   head_dim);
+  }
+#endif
+  for (; d < dim16; d += 16) {
+    weigh_values_as_ggml_f16_chunk<kGroup, 4, kFinite>(weights, rescales, span, cache, layer, first, kv_offset + d,
+                                                       round_to_f16, out + d, head_dim);
+  }
+  for (; d < dim4; d += 4) {
+    weigh_values_as_ggml_f16_chunk<kGroup, 1, kFinite>(weights, rescales, span, cache, layer, first, kv_offset + d,
+                                                       round_to_f16, out + d, head_dim);
+  }
+  for (; d < head_dim; ++d) {
+    for (int g = 0; g < kGroup; ++g) {
+      float acc = 0.0f;
+      for (int t = 0; t < span; ++t) {
+        const float rescale = rescales[g * span + t];
+        if (rescale != 1.0f) acc = fp16_to_float(float_to_fp16(acc * rescale));
+        const float v = element(cache.value<uint16_t>(layer, first + t) + kv_offset, d);
+        acc = fp16_to_float(float_to_fp16(acc + v * weights[g * span + t]));
+      }
+      out[g * head_dim + d] = acc;
+    }
+  }
 }
 
 // The softmax-weighted sums of an F16 cache's values for a group of heads.
 // scores[g * span + t] are head g's raw scores (overwritten with weights);
-// rescale has room for span floats; head g's output goes to
+// rescales has room for n_group * span floats; head g's output goes to
 // out + g * head_dim.
 template <bool kFinite>
-void weigh_values_as_ggml_f16(float* scores, float* rescale, int n_group, int span, const KvCache& cache,
+void weigh_values_as_ggml_f16(float* scores, float* rescales, int n_group, int span, const KvCache& cache,
                               int layer, int first, int kv_offset, int head_dim, float* out) {
-  const simd::HalfRounding round_to_f16;
-  const int dim4 = head_dim & ~3, dim16 = head_dim & ~15;
+  for (int g = 0; g < n_group; ++g) online_softmax_weights(scores + g * span, rescales + g * span, span);
+  float sums[kMaxGroup];
+  const auto weigh = [&](auto group) {
+    softmax_sums<decltype(group)::value>(scores, rescales, span, sums);
+    weigh_values_as_ggml_f16_group<decltype(group)::value, kFinite>(scores, rescales, span, cache, layer, first,
+                                                                    kv_offset, head_dim, out);
+  };
+  switch (n_group) {
+    case 1: weigh(std::integral_constant<int, 1>{}); break;
+    case 2: weigh(std::integral_constant<int, 2>{}); break;
+    case 3: weigh(std::integral_constant<int, 3>{}); break;
+    default: weigh(std::integral_constant<int, 4>{}); break;
+  }
   for (int g = 0; g < n_group; ++g) {
-    float* weight = scores + g * span;
-    const float sum = online_softmax_weights(weight, rescale, span);
-    float* o = out + g * head_dim;
-    int d = 0;
-    for (; d < dim16; d += 16) {
-      weigh_values_as_ggml_f16_chunk<4, kFinite>(weight, rescale, span, cache, layer, first, kv_offset + d,
-                                                 round_to_f16, o + d);
-    }
-    for (; d < dim4; d += 4) {
-      weigh_values_as_ggml_f16_chunk<1, kFinite>(weight, rescale, span, cache, layer, first, kv_offset + d,
-                                                 round_to_f16, o + d);
-    }
-    for (; d < head_dim; ++d) {
-      float acc = 0.0f;
-      for (int t = 0; t < span; ++t) {
-        if (rescale[t] != 1.0f) acc = fp16_to_float(float_to_fp16(acc * rescale[t]));
-        const float v = element(cache.value<uint16_t>(layer, first + t) + kv_offset, d);
-        acc = fp16_to_float(float_to_fp16(acc + v * weight[t]));
-      }
-      o[d] = acc;
-    }
-    const float inverse = sum == 0.0f ? 0.0f : 1.0f / sum;
-    for (d = 0; d < head_dim; ++d) o[d] *= inverse;
+    const float inverse = sums[g] == 0.0f ? 0.0f : 1.0f / sums[g];
+    for (int d = 0; d < head_dim; ++d) out[g * head_dim + d] *= inverse;
   }
 }
 
@@ -177,7 +260,31 @@ void key_scores(const float (*q)[kMaxHeadDim], const float (*q_scaled)[kMaxHeadD
                 int layer, int first, int kv_offset, const AttentionShape& shape, float* scores) {
   const int head_dim = shape.head_dim;
   const int dim4 = head_dim & ~3;
-  for (int t = 0; t < span; ++t) {
+  int t = 0;
+#if defined(SIPLLM_WIDE_HALVES)
+  // Four keys at a time, sixteen lanes wide: the same sums bit for bit.
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    const float* q4[kGroup];
+    for (int g = 0; g < kGroup; ++g) q4[g] = q_scaled[g];
+    for (; t + 4 <= span; t += 4) {
+      const uint16_t* k[4];
+      for (int j = 0; j < 4; ++j) k[j] = cache.key<T>(layer, first + t + j) + kv_offset;
+      v128_t acc[kMaxGroup][4];
+      for (int g = kGroup; g < kMaxGroup; ++g) {
+        for (int j = 0; j < 4; ++j) acc[g][j] = wasm_f32x4_splat(0.0f);
+      }
+      simd::half_rows4_dots<kGroup>(k, q4, dim4, acc);
+      for (int j = 0; j < 4; ++j) {
+        alignas(16) float dots[4];
+        simd::store(dots, simd::transpose_sum_f32(acc[0][j], acc[1][j], acc[2][j], acc[3][j]));
+        for (int g = 0; g < kGroup; ++g) {
+          scores[g * span + t + j] = dot_tail(q[g], k[j], dim4, head_dim, dots[g]) * shape.scale;
+        }
+      }
+    }
+  }
+#endif
+  for (; t < span; ++t) {
     const T* k = cache.key<T>(layer, first + t) + kv_offset;
     v128_t acc[kMaxGroup];
     for (int g = 0; g < kMaxGroup; ++g) acc[g] = wasm_f32x4_splat(0.0f);
@@ -192,7 +299,7 @@ void key_scores(const float (*q)[kMaxHeadDim], const float (*q_scaled)[kMaxHeadD
 }
 
 // Heads [head, head + n_group) of position `pos`, which share a KV head: q
-// and out point at the first one's row. `scores` has room for (n_group + 1)
+// and out point at the first one's row. `scores` has room for 2 * n_group
 // * (pos + 1) floats.
 template <class T, bool kFinite>
 void attend_typed(const float* q_in, int pos, int head, int n_group, const KvCache& cache, int layer,
@@ -556,7 +663,7 @@ void attend_reference(const float* q, int pos, int head, const KvCache& cache, i
 
 size_t attention_scratch_floats(const AttentionShape& shape, int context_length, int threads) {
   const int group = std::min(shape.n_heads / shape.n_kv_heads, kMaxGroup);
-  const size_t one_chunk = static_cast<size_t>(group + 1) * static_cast<size_t>(context_length);
+  const size_t one_chunk = static_cast<size_t>(2 * group) * static_cast<size_t>(context_length);
   return std::max(one_chunk, tiled_scratch_floats(shape)) * static_cast<size_t>(threads);
 }
 
@@ -583,8 +690,8 @@ void attention(const float* q, int n, int start_pos, const KvCache& cache, int l
     --group;
   }
   const auto tasks_per_position = static_cast<size_t>(shape.n_kv_heads * groups_per_kv_head());
-  // Per thread: a task's scores, and an F16 cache's rescalings.
-  const size_t scratch_per_thread = static_cast<size_t>(group + 1) * span;
+  // Per thread: a task's scores, and an F16 cache's rescalings of them.
+  const size_t scratch_per_thread = static_cast<size_t>(2 * group) * span;
   scratch.resize(static_cast<size_t>(pool.size()) * scratch_per_thread);
   const size_t tasks = static_cast<size_t>(n) * tasks_per_position;
   // Scores and weighted values: two multiply-adds per key and head element.

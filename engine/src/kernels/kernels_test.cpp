@@ -980,6 +980,68 @@ void check_lane_dots(std::mt19937& rng) {
   }
 }
 
+// Natively with AVX-512 and F16C, attention's sixteen-lane helpers against
+// the 128-bit loops they stand for, bit for bit: values and sums in half
+// floats up to past their range (infinity), rescalings, keys of every scale.
+TEST(KernelsSimd, WideHalfHelpersEqualThe128BitLoops) {
+#if defined(SIPLLM_WIDE_HALVES)
+  std::mt19937 rng(77);
+  const simd::HalfRounding round_to_f16;
+  for (const float scale : {1e-6f, 1.0f, 300.0f, 4000.0f}) {
+    constexpr int kKeys = 200;
+    std::vector<uint16_t> values(kKeys * 16);
+    const std::vector<float> floats = random_floats(rng, values.size(), scale);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = float_to_fp16(floats[i]);
+    const std::vector<float> weights = random_floats(rng, kKeys);
+    simd::HalfSum16 wide;
+    v128_t narrow[4] = {wasm_f32x4_splat(0.0f), wasm_f32x4_splat(0.0f), wasm_f32x4_splat(0.0f),
+                        wasm_f32x4_splat(0.0f)};
+    for (int t = 0; t < kKeys; ++t) {
+      if (t % 17 == 5) {
+        const float r = 0.25f + static_cast<float>(t % 3) * 0.3f;
+        wide.rescale(r);
+        for (v128_t& n : narrow) n = round_to_f16(wasm_f32x4_mul(n, wasm_f32x4_splat(r)));
+      }
+      const uint16_t* v = &values[static_cast<size_t>(t) * 16];
+      wide.add(simd::Halves16::load(v), weights[static_cast<size_t>(t)]);
+      for (int j = 0; j < 4; ++j) {
+        narrow[j] = round_to_f16(wasm_f32x4_add(
+            narrow[j], wasm_f32x4_mul(simd::load_fp16x4(v + 4 * j), wasm_f32x4_splat(weights[static_cast<size_t>(t)]))));
+      }
+    }
+    std::vector<float> wide_out(16), narrow_out(16);
+    wide.store(wide_out.data());
+    for (int j = 0; j < 4; ++j) simd::store(narrow_out.data() + 4 * j, narrow[j]);
+    EXPECT_TRUE(same_bits(wide_out, narrow_out)) << "scale " << scale;
+
+    // Four rows of 64 halves dotted with three queries.
+    constexpr int kDim = 64;
+    std::vector<uint16_t> rows(4 * kDim);
+    const std::vector<float> row_floats = random_floats(rng, rows.size(), scale);
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = float_to_fp16(row_floats[i]);
+    const std::vector<float> q = random_floats(rng, 3 * kDim);
+    const uint16_t* row[4] = {&rows[0], &rows[kDim], &rows[2 * kDim], &rows[3 * kDim]};
+    const float* queries[3] = {&q[0], &q[kDim], &q[2 * kDim]};
+    v128_t acc[3][4];
+    simd::half_rows4_dots<3>(row, queries, kDim, acc);
+    for (int g = 0; g < 3; ++g) {
+      for (int k = 0; k < 4; ++k) {
+        v128_t expected = wasm_f32x4_splat(0.0f);
+        for (int d = 0; d < kDim; d += 4) {
+          expected = wasm_f32x4_add(expected, wasm_f32x4_mul(simd::load(queries[g] + d), simd::load_fp16x4(row[k] + d)));
+        }
+        std::vector<float> got(4), want(4);
+        simd::store(got.data(), acc[g][k]);
+        simd::store(want.data(), expected);
+        EXPECT_TRUE(same_bits(got, want)) << "scale " << scale << ", query " << g << ", row " << k;
+      }
+    }
+  }
+#else
+  GTEST_SKIP() << "attention's sixteen-lane helpers are native AVX-512 and F16C only";
+#endif
+}
+
 TEST(KernelsSimd, DotPeakCountsTheMultiplyAddsOfItsInstruction) {
   // Twelve accumulators, each step as many products as the kernels'
   // instruction does: 64 on 512 bits, 16 with 8-bit products, 8 as int16.
