@@ -337,8 +337,9 @@ void dot_rows4_quad(const RowTile& tile, int n_blocks, const QuantizedActivation
 }
 #endif
 
-// An interleaved tile's scales (and minimums) as floats, four per block
-// each, converted once for all the tile's quads of positions.
+// A tile's scales (and minimums) as floats, four per block each (lane i:
+// row i), converted once for all the tile's quads of positions: from an
+// interleaved tile's groups, or from each row's whole blocks (Q8_0).
 class TileScales {
  public:
   template <class F>
@@ -352,9 +353,16 @@ class TileScales {
     floats_.resize(static_cast<size_t>(floats_per_block<F>() * n_blocks));
     const simd::HalvesToFloats halves;
     for (int b = 0; b < n_blocks; ++b) {
-      const uint8_t* group = tile.row[0] + static_cast<size_t>(b) * tile.block_stride;
-      simd::store(floats_.data() + floats_per_block<F>() * b, halves(group));
-      if (F::kHasMin) simd::store(floats_.data() + floats_per_block<F>() * b + 4, halves(group + 8));
+      const size_t offset = static_cast<size_t>(b) * tile.block_stride;
+      float* out = floats_.data() + floats_per_block<F>() * b;
+      if constexpr (F::kValuesFrom != 0) {  // tiles that interleave their rows
+        simd::store(out, halves(tile.row[0] + offset));
+        if (F::kHasMin) simd::store(out + 4, halves(tile.row[0] + offset + 8));
+      } else {
+        static_assert(!F::kHasMin, "whole-block tiles here are Q8_0's");
+        simd::store(out, halves(F::scale_bits(tile.row[0] + offset), F::scale_bits(tile.row[1] + offset),
+                                F::scale_bits(tile.row[2] + offset), F::scale_bits(tile.row[3] + offset)));
+      }
     }
     return floats_.data();
   }
@@ -432,17 +440,17 @@ void dot_rows4_interleaved_quad(const RowTile& tile, int n_blocks, const Quantiz
 // and 128 * sum(x) taken away by starting each row's lanes at -32 * sum(x).
 // Against the row-by-row form (x shifted per position, -128 * sum(w) per
 // row and block): Chromium's (x86, AVX-VNNI) Q8_0 prefill tiles ran about
-// 10 % faster with two threads, native ones on AVX-VNNI 15-45 %.
+// 10 % faster with two threads, native ones on AVX-VNNI 15-45 %. The rows'
+// scales come converted to floats (TileScales), once per tile.
 template <class F>
-void dot_rows4_signed_quad(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0, v128_t acc[4]) {
+void dot_rows4_signed_quad(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0,
+                           const float* scales, v128_t acc[4]) {
   const auto [x8, xd, xs] = x.quad(p0);
-  const simd::HalvesToFloats halves;
   for (int j = 0; j < 4; ++j) acc[j] = wasm_f32x4_splat(0.0f);
   for (int b = 0; b < n_blocks; ++b) {
     const uint8_t* block[4];
     for (int i = 0; i < 4; ++i) block[i] = tile.row[i] + static_cast<size_t>(b) * tile.block_stride;
-    const v128_t dw4 = halves(F::scale_bits(block[0]), F::scale_bits(block[1]), F::scale_bits(block[2]),
-                              F::scale_bits(block[3]));
+    const v128_t dw4 = simd::load(scales + 4 * b);
     v128_t w[4][2];
     for (int i = 0; i < 4; ++i) {
       F::unpack_signed_bytes(block[i], w[i]);
@@ -531,10 +539,6 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
 #if defined(SIPLLM_WIDE_GROUPS)
   if constexpr (kPositions == 4 && F::kSignedBytes) {
     if (x.in_quads(p0)) return dot_rows4_quad<F>(tile, n_blocks, x, p0, acc);
-  }
-#else
-  if constexpr (kPositions == 4 && F::kSignedBytes && kExactByteDot) {
-    if (x.in_quads(p0)) return dot_rows4_signed_quad<F>(tile, n_blocks, x, p0, acc);
   }
 #endif
   const int16_t* xq[kPositions];
@@ -642,13 +646,16 @@ void rows_simd(const WeightMatrix& w, int row_begin, int row_end, const Activati
         w, row_begin, row_end, x.n_positions, y, y_stride,
         [&](const RowTile& tile, int p, v128_t* acc) {
 #if !defined(SIPLLM_WIDE_GROUPS)
-          // The 128-bit quad tile is picked here, where the tile's scales
+          // The 128-bit quad tiles are picked here, where the tile's scales
           // are kept between its quads: passed down through dot_rows4, they
           // made the one-position path (decode) 2.5 % slower in Chromium.
           if constexpr (kExact && F::kValuesFrom != 0) {
             if (tile.values_interleaved && q.in_quads(p)) {
               return dot_rows4_interleaved_quad<F>(tile, n_blocks, q, p, scales.of<F>(tile, n_blocks), acc);
             }
+          }
+          if constexpr (kExact && F::kSignedBytes) {
+            if (q.in_quads(p)) return dot_rows4_signed_quad<F>(tile, n_blocks, q, p, scales.of<F>(tile, n_blocks), acc);
           }
 #endif
           dot_rows4<F, 4, kExact>(tile, n_blocks, q, p, acc);
