@@ -7,7 +7,7 @@
 // (relaxed SIMD's, which SIMDe lacks; natively SSSE3 or VNNI), the
 // half-float conversions (F16C natively) and, natively on CPUs with AVX-512
 // VNNI, blocks and tiles of four positions in 512-bit registers (WideGroup,
-// QuadAccumulator, WholeBlockQuadAccumulator), with AVX-512 and F16C,
+// QuadAccumulator, WholeBlockQuadAccumulator) and, with AVX-512 and F16C,
 // attention over a half-float cache sixteen lanes wide (HalfSum16,
 // half_rows4_dots): their results equal the 128-bit kernels' bit for bit.
 //
