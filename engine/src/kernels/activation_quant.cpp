@@ -171,7 +171,10 @@ void quantize_activations(const float* x, int n_positions, int cols, ActivationF
     }
   };
   if (pool != nullptr && n * static_cast<size_t>(cols) >= kParallelElements) {
-    pool->parallel_for(n, 1, rows);
+    // Whole quads per chunk: a quad's four positions write into the same
+    // cache lines (q8_quads interleaves them), which two threads would pass
+    // back and forth.
+    pool->parallel_for(n, 4, rows);
   } else {
     rows(0, n, 0);
   }
