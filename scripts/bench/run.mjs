@@ -51,7 +51,10 @@
 //      in a fresh browser, and the one with the median cold TTFT is reported.
 //   5. After the browser runs, SipLLM's native build on the same files and
 //      thread counts (`sipllm bench`, best of --warm-runs runs), so that the
-//      WebAssembly penalty is in the same report (--no-native skips it).
+//      WebAssembly penalty is in the same report (--no-native skips it);
+//      with --llama-cpp, native llama.cpp on them too (support.mjs's
+//      llamaCppFigures), so that the browser's figures meet the native
+//      peer's measured in the same run.
 //   6. Prints the tables (Markdown) with SipLLM ÷ wllama ratios against the
 //      targets, and writes every figure to build/bench/results-*.json.
 //
@@ -70,7 +73,8 @@ import { chromium } from 'playwright-core';
 import { startRangeServer } from '../range-server.mjs';
 import { readVocab } from './gguf-vocab.mjs';
 import {
-  CHROMIUM_ARGS, browserProcesses, cpuSample, fitPrompt, fmt, nativeBenchFigures, rendererMemoryBytes, repoRoot, run,
+  CHROMIUM_ARGS, LLAMA_CPP_PEER, browserProcesses, cpuSample, fitPrompt, fmt, llamaCppFigures, loadLlamaCpp,
+  nativeBenchFigures, rendererMemoryBytes, repoRoot, run,
   withTimeout,
 } from './support.mjs';
 
@@ -102,6 +106,9 @@ workload:
   --seed N             sampling seed (default 1; greedy sampling ignores it)
   --no-native          skip SipLLM's native figures on the same files (run
                        after the browser's, with the native CLI's bench)
+  --llama-cpp          also native llama.cpp on the same files and threads,
+                       after the browser (node-llama-cpp's prebuilt CPU
+                       binary, installed into build/bench/peer on first use)
 
 network:
   --mbps X             cap the model server at X MB/s (1 MB = 1e6 bytes): adds
@@ -147,7 +154,7 @@ function parseOptions(argv) {
     defaultVocab: join(repoRoot, 'build/native/tests/fixtures/models/llama.cpp-vocab/ggml-vocab-llama-spm.gguf'),
     cli: process.env.SIPLLM_CLI ?? join(repoRoot, 'build/native/engine/sipllm'),
     chromium: process.env.CHROMIUM ?? '/usr/bin/chromium',
-    timeoutS: 1200, json: null, verbose: false, browserArgs: [], native: true,
+    timeoutS: 1200, json: null, verbose: false, browserArgs: [], native: true, llamaCpp: false,
   };
   const list = (flag, value, allowed) => {
     const items = value.split(',').map((s) => s.trim()).filter(Boolean);
@@ -185,6 +192,7 @@ function parseOptions(argv) {
       case '--context': o.context = count(flag, value(), 16); break;
       case '--seed': o.seed = count(flag, value(), 0); break;
       case '--no-native': o.native = false; break;
+      case '--llama-cpp': o.llamaCpp = true; break;
       case '--mbps': {
         const v = value();
         o.mbps = Number(v);
@@ -662,6 +670,25 @@ function printTables(o, rows, meta) {
     }
   }
 
+  const peers = rows.filter((row) => row.llamaCpp);
+  if (peers.length > 0) {
+    out.push('');
+    out.push(`SipLLM in ${meta.browser} against native llama.cpp on the same files and threads, measured after the ` +
+             `browser in the same run: ${LLAMA_CPP_PEER}'s prebuilt CPU binary, context 512, batch 512, ` +
+             `${o.promptTokens}-token prompt, ${o.genTokens} greedy tokens, best of ${Math.max(1, o.warmRuns)}.`);
+    out.push('');
+    out.push('| model | type | thr | prefill tok/s browser / llama.cpp | × | decode tok/s browser / llama.cpp | × |');
+    out.push('|---|---|--:|--:|--:|--:|--:|');
+    for (const row of peers) {
+      const s = row.s && !row.s.error ? row.s : {};
+      const l = row.llamaCpp.error ? {} : row.llamaCpp;
+      const peerCell = (v) => (row.llamaCpp.error ? 'error' : tokS(v));
+      out.push(`| ${row.model.shape} | ${row.model.type} | ${row.threads} | ${tokS(s.prefillTokS)} / ${peerCell(l.prefill)} | ` +
+               `${fmt(ratio(s.prefillTokS, l.prefill), 2)} | ${tokS(s.decodeTokS)} / ${peerCell(l.decode)} | ` +
+               `${fmt(ratio(s.decodeTokS, l.decode), 2)} |`);
+    }
+  }
+
   if (o.mbps > 0) {
     out.push('');
     out.push(`Cold time to first token behind a ${o.mbps} MB/s link, against the pure transfer time of the file ` +
@@ -880,6 +907,22 @@ async function main() {
     }
   }
 
+  if (o.llamaCpp) {
+    const llama = await loadLlamaCpp();
+    for (const row of rows) {
+      process.stdout.write(`${row.model.shape} ${row.model.type} ${row.threads}t llama.cpp native: `);
+      try {
+        row.llamaCpp = await llamaCppFigures(llama, row.model.path, {
+          threads: row.threads, promptTokens: o.promptTokens, genTokens: o.genTokens, runs: Math.max(1, o.warmRuns),
+        });
+        console.log(`prefill ${tokS(row.llamaCpp.prefill)} tok/s, decode ${tokS(row.llamaCpp.decode)} tok/s`);
+      } catch (error) {
+        row.llamaCpp = { error: error.message.split('\n')[0] };
+        console.log(`error: ${row.llamaCpp.error}`);
+      }
+    }
+  }
+
   const table = printTables(o, rows, meta);
   const jsonPath = o.json ?? join(repoRoot, 'build/bench', `results-${meta.date.replace(/[:.]/g, '-')}.json`);
   mkdirSync(dirname(jsonPath), { recursive: true });
@@ -892,7 +935,8 @@ async function main() {
     table,
     rows: rows.map((r) => ({
       model: { shape: r.model.shape, type: r.model.type, file: r.model.file, bytes: r.model.bytes, vocab: r.model.vocab },
-      threads: r.threads, sipllm: r.s, wllama: r.w, sipllmNative: r.native ?? null, coldTtftRuns: r.coldTtftRuns ?? null,
+      threads: r.threads, sipllm: r.s, wllama: r.w, sipllmNative: r.native ?? null, llamaCppNative: r.llamaCpp ?? null,
+      coldTtftRuns: r.coldTtftRuns ?? null,
       coldBreakdown: r.coldBreakdown ?? null, download: r.download ?? null, raw: r.raw,
     })),
     prompt: models[0]?.prompt,

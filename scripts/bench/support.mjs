@@ -2,9 +2,9 @@
 // running the native CLI and reading its benchmark's figures, fitting a
 // prompt to a token count, and watching the browser's processes through /proc.
 import { execFileSync } from 'node:child_process';
-import { readFileSync, readdirSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { existsSync, mkdirSync, readFileSync, readdirSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 
@@ -202,3 +202,57 @@ export function withTimeout(promise, seconds, what) {
 
 // A figure for a table: '–' when there is none.
 export const fmt = (v, digits = 0) => (v === null || v === undefined || !Number.isFinite(v) ? '–' : v.toFixed(digits));
+
+// Native llama.cpp, the peer: the CPU build that node-llama-cpp ships (its
+// prebuilt binary for this CPU, picked at run time: AVX2/AVX-512 kernels,
+// llama.cpp's own thread pool), installed from npm into build/bench/peer on
+// first use.
+export const LLAMA_CPP_PEER = 'node-llama-cpp 3.22.1';
+
+export async function loadLlamaCpp() {
+  const dir = join(repoRoot, 'build/bench/peer');
+  const entry = join(dir, 'node_modules/node-llama-cpp/dist/index.js');
+  if (!existsSync(entry)) {
+    mkdirSync(dir, { recursive: true });
+    const spec = LLAMA_CPP_PEER.replace(' ', '@');
+    console.error(`installing ${spec} into ${dir}`);
+    execFileSync('npm', ['install', '--no-audit', '--no-fund', '--prefix', dir, spec], { stdio: 'inherit' });
+  }
+  const peer = await import(pathToFileURL(entry).href);
+  return peer.getLlama({ gpu: false, build: 'never', maxThreads: 0 });
+}
+
+// llama.cpp's figures for `model`: context 512, batch 512, `threads` for
+// prompt and generation; prefill = promptTokens / the time to evaluate them,
+// decode = (genTokens - 1) / (first .. last generated token), greedy; the
+// best of `runs` each.
+export async function llamaCppFigures(llama, model, { threads, promptTokens, genTokens, runs }) {
+  const m = await llama.loadModel({ modelPath: model, gpuLayers: 0 });
+  const context = await m.createContext({ contextSize: 512, batchSize: 512, threads: { ideal: threads, min: threads } });
+  const sequence = context.getSequence();
+  const words = m.tokenize('The quick brown fox jumps over the lazy dog while the river runs to the sea. ');
+  const prompt = [];
+  while (prompt.length < promptTokens) prompt.push(...words);
+  prompt.length = promptTokens;
+  let best = { prefill: 0, decode: 0 };
+  for (let run = 0; run < runs; ++run) {
+    await sequence.clearHistory();
+    let t0 = performance.now();
+    await sequence.evaluateWithoutGeneratingNewTokens(prompt);
+    const prefill = promptTokens / ((performance.now() - t0) / 1000);
+    await sequence.clearHistory();
+    let first = 0;
+    let count = 0;
+    t0 = performance.now();
+    for await (const token of sequence.evaluate(prompt, { temperature: 0 })) {
+      void token;
+      if (++count === 1) first = performance.now();
+      if (count === genTokens) break;
+    }
+    const decode = (genTokens - 1) / ((performance.now() - first) / 1000);
+    best = { prefill: Math.max(best.prefill, prefill), decode: Math.max(best.decode, decode) };
+  }
+  await context.dispose();
+  await m.dispose();
+  return best;
+}
