@@ -68,8 +68,7 @@ inline v128_t high_nibbles(v128_t bytes, v128_t mask = wasm_i8x16_splat(0x0f)) {
 // Four rows' 4-bit values as a tile interleaves them (tile_rows()), for
 // Q4_0 and Q4_1: vector v of u holds values 4v..4v+3 of each row (byte j of
 // a row's qs holds values j and j + 16).
-inline void unpack_nibbles_interleaved(const uint8_t* values, v128_t u[8],
-                                       v128_t nibble_mask = wasm_i8x16_splat(0x0f)) {
+inline void unpack_nibbles_interleaved(const uint8_t* values, v128_t nibble_mask, v128_t u[8]) {
   for (int k = 0; k < 4; ++k) {
     const v128_t bytes = simd::load(values + 16 * k);
     u[k] = low_nibbles(bytes, nibble_mask);
@@ -141,7 +140,9 @@ struct Q4_0Format {
     u[0] = low_nibbles(bytes);
     u[1] = high_nibbles(bytes);
   }
-  static void unpack_interleaved(const uint8_t* values, v128_t u[8]) { unpack_nibbles_interleaved(values, u); }
+  static void unpack_interleaved(const uint8_t* values, v128_t nibble_mask, v128_t u[8]) {
+    unpack_nibbles_interleaved(values, nibble_mask, u);
+  }
   static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ4_0>(b).d); }
   static float min_reference(const uint8_t*) { return 0.0f; }
   static void unpack_reference(const uint8_t* b, int16_t q[kBlock]) {
@@ -167,7 +168,9 @@ struct Q4_1Format {
     u[0] = low_nibbles(bytes);
     u[1] = high_nibbles(bytes);
   }
-  static void unpack_interleaved(const uint8_t* values, v128_t u[8]) { unpack_nibbles_interleaved(values, u); }
+  static void unpack_interleaved(const uint8_t* values, v128_t nibble_mask, v128_t u[8]) {
+    unpack_nibbles_interleaved(values, nibble_mask, u);
+  }
   static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ4_1>(b).d); }
   static float min_reference(const uint8_t* b) { return fp16_to_float(read_block<BlockQ4_1>(b).m); }
   static void unpack_reference(const uint8_t* b, int16_t q[kBlock]) {
@@ -256,7 +259,7 @@ struct Q5UnpackedFormat {
     u[0] = simd::load(b + offsetof(Block, q));
     u[1] = simd::load(b + offsetof(Block, q) + 16);
   }
-  static void unpack_interleaved(const uint8_t* values, v128_t u[8]) {
+  static void unpack_interleaved(const uint8_t* values, v128_t /*nibble_mask*/, v128_t u[8]) {
     for (int k = 0; k < 8; ++k) u[k] = simd::load(values + 16 * k);
   }
   static float scale_reference(const uint8_t* b) { return fp16_to_float(read_block<Block>(b).d); }
@@ -517,11 +520,7 @@ void dot_rows4_interleaved(const RowTile& tile, int n_blocks, const QuantizedAct
     // the 5-bit values 10 % slower than the int16 pairs.
     using Dots = simd::LaneDots<F::kMaxLevel, kExactByteDot && F::kMaxLevel <= 15>;
     v128_t u[8];  // u[v]: values 4v..4v+3 of each row
-    if constexpr (F::kMaxLevel == 15) {
-      unpack_nibbles_interleaved(group + 4 * F::kValuesFrom, u, nibble_mask);
-    } else {
-      F::unpack_interleaved(group + 4 * F::kValuesFrom, u);
-    }
+    F::unpack_interleaved(group + 4 * F::kValuesFrom, nibble_mask, u);
     for (int j = 0; j < kPositions; ++j) {
       const int8_t* x8 = x8s[j] + b * kBlock;
       const auto x4 = [&](int v) { return wasm_v128_load32_splat(x8 + 4 * v); };  // values 4v..4v+3
