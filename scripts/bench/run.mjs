@@ -49,12 +49,15 @@
 //      Chromium's network service and the model server (this process) used.
 //      With --cold-runs N, SipLLM's runs are repeated N times per row, each
 //      in a fresh browser, and the one with the median cold TTFT is reported.
-//   5. After the browser runs, SipLLM's native build on the same files and
-//      thread counts (`sipllm bench`, best of --warm-runs runs), so that the
-//      WebAssembly penalty is in the same report (--no-native skips it);
-//      with --llama-cpp, native llama.cpp on them too (support.mjs's
-//      llamaCppFigures), so that the browser's figures meet the native
-//      peer's measured in the same run.
+//   5. After each row's browser runs (never beside them: two cores),
+//      SipLLM's native build on the same file and threads (`sipllm bench`,
+//      best of --warm-runs runs), so that the WebAssembly penalty is in the
+//      same report (--no-native skips it); with --llama-cpp, native
+//      llama.cpp on it too (support.mjs's llamaCppFigures), so that the
+//      browser's figures meet the native peer's measured a minute apart.
+//      With --rounds N, the whole matrix N times over: each side's best
+//      prefill and best decode count, and the llama.cpp table shows the
+//      ratio of every round, as this host's speed drifts between minutes.
 //   6. Prints the tables (Markdown) with SipLLM ÷ wllama ratios against the
 //      targets, and writes every figure to build/bench/results-*.json.
 //
@@ -105,10 +108,16 @@ workload:
   --context N          context length given to both engines (default 512)
   --seed N             sampling seed (default 1; greedy sampling ignores it)
   --no-native          skip SipLLM's native figures on the same files (run
-                       after the browser's, with the native CLI's bench)
+                       after each row's browser runs, with the native CLI's
+                       bench)
   --llama-cpp          also native llama.cpp on the same files and threads,
-                       after the browser (node-llama-cpp's prebuilt CPU
-                       binary, installed into build/bench/peer on first use)
+                       after each row's browser runs (node-llama-cpp's
+                       prebuilt CPU binary, installed into build/bench/peer on
+                       first use)
+  --rounds N           measure the whole matrix N times over (default 1):
+                       each side's best prefill and decode of all rounds
+                       count, and the llama.cpp table lists every round's
+                       ratios (the host's speed drifts from minute to minute)
 
 network:
   --mbps X             cap the model server at X MB/s (1 MB = 1e6 bytes): adds
@@ -154,7 +163,7 @@ function parseOptions(argv) {
     defaultVocab: join(repoRoot, 'build/native/tests/fixtures/models/llama.cpp-vocab/ggml-vocab-llama-spm.gguf'),
     cli: process.env.SIPLLM_CLI ?? join(repoRoot, 'build/native/engine/sipllm'),
     chromium: process.env.CHROMIUM ?? '/usr/bin/chromium',
-    timeoutS: 1200, json: null, verbose: false, browserArgs: [], native: true, llamaCpp: false,
+    timeoutS: 1200, json: null, verbose: false, browserArgs: [], native: true, llamaCpp: false, rounds: 1,
   };
   const list = (flag, value, allowed) => {
     const items = value.split(',').map((s) => s.trim()).filter(Boolean);
@@ -193,6 +202,7 @@ function parseOptions(argv) {
       case '--seed': o.seed = count(flag, value(), 0); break;
       case '--no-native': o.native = false; break;
       case '--llama-cpp': o.llamaCpp = true; break;
+      case '--rounds': o.rounds = count(flag, value(), 1); break;
       case '--mbps': {
         const v = value();
         o.mbps = Number(v);
@@ -408,6 +418,33 @@ function summarize(result) {
   };
 }
 
+// A row measured in several rounds (--rounds), as one: each side's best
+// prefill and best decode of all rounds (as within a round, the best of its
+// runs; the decode split of the fastest), the rest (load, cold TTFT, peak,
+// text) from its first round that ran; `rounds` keeps every round's figures.
+function mergeRounds(rounds) {
+  const merged = { ...rounds[0] };
+  const best = (side, numbers) => {
+    const ran = rounds.map((r) => r[side]).filter((f) => f && !f.error);
+    if (ran.length === 0) return;
+    merged[side] = { ...ran[0] };
+    for (const key of numbers) merged[side][key] = Math.max(...ran.map((f) => f[key] ?? 0)) || null;
+    if ('decodeSplit' in ran[0]) {
+      merged[side].decodeSplit = ran.reduce((a, b) => ((b.decodeTokS ?? 0) > (a.decodeTokS ?? 0) ? b : a)).decodeSplit;
+    }
+  };
+  best('s', ['prefillTokS', 'decodeTokS']);
+  best('w', ['prefillTokS', 'decodeTokS']);
+  best('native', ['prefill', 'firstPrefill', 'decode', 'decodeGBps', 'readGBps', 'peakGmacs']);
+  best('llamaCpp', ['prefill', 'decode']);
+  const figures = (f, prefill, decode) => (f && !f.error ? { prefill: f[prefill], decode: f[decode] } : null);
+  merged.rounds = rounds.map((r) => ({
+    sipllm: figures(r.s, 'prefillTokS', 'decodeTokS'), wllama: figures(r.w, 'prefillTokS', 'decodeTokS'),
+    sipllmNative: figures(r.native, 'prefill', 'decode'), llamaCppNative: figures(r.llamaCpp, 'prefill', 'decode'),
+  }));
+  return merged;
+}
+
 // Where the engine's decode time went per token, in its fastest run: the
 // loops its compute threads split (how many, the time in them, of that the
 // wait for the last thread's chunks), and the rest, which ran on one thread.
@@ -594,7 +631,8 @@ function printTables(o, rows, meta) {
            `${o.latencyMs > 0 ? ` with ${o.latencyMs} ms latency` : ''}; ${meta.date}`);
   out.push('Each cell: SipLLM / wllama; ×: SipLLM ÷ wllama. ' +
            (o.warmRuns > 0
-             ? `Prefill: best of ${o.warmRuns} warm run${o.warmRuns === 1 ? '' : 's'}; decode: best of all ${o.warmRuns + 1} runs`
+             ? `Prefill: best of ${o.warmRuns} warm run${o.warmRuns === 1 ? '' : 's'}; decode: best of all ${o.warmRuns + 1} runs` +
+               (o.rounds > 1 ? `, in each of ${o.rounds} rounds (the best round counts; the rest of a row is its first round's)` : '')
              : 'No warm runs: decode from the cold run, no prefill') +
            '; peak: the renderer process\'s peak RSS.' +
            (o.coldRuns > 1 ? ` SipLLM's cells: its run with the median cold TTFT of ${o.coldRuns}, each in a fresh browser.` : ''));
@@ -673,19 +711,26 @@ function printTables(o, rows, meta) {
   const peers = rows.filter((row) => row.llamaCpp);
   if (peers.length > 0) {
     out.push('');
-    out.push(`SipLLM in ${meta.browser} against native llama.cpp on the same files and threads, measured after the ` +
-             `browser in the same run: ${LLAMA_CPP_PEER}'s prebuilt CPU binary, context 512, batch 512, ` +
-             `${o.promptTokens}-token prompt, ${o.genTokens} greedy tokens, best of ${Math.max(1, o.warmRuns)}.`);
+    const each = o.rounds > 1;
+    out.push(`SipLLM in ${meta.browser} against native llama.cpp on the same files and threads, measured right after ` +
+             `each row's browser runs: ${LLAMA_CPP_PEER}'s prebuilt CPU binary, context 512, batch 512, ` +
+             `${o.promptTokens}-token prompt, ${o.genTokens} greedy tokens, best of ${Math.max(1, o.warmRuns)}` +
+             (each ? ` in each of ${o.rounds} rounds; the figures are each side's best round, the last columns every ` +
+                     'round\'s ratio, both sides measured a minute apart.' : '.'));
     out.push('');
-    out.push('| model | type | thr | prefill tok/s browser / llama.cpp | × | decode tok/s browser / llama.cpp | × |');
-    out.push('|---|---|--:|--:|--:|--:|--:|');
+    out.push('| model | type | thr | prefill tok/s browser / llama.cpp | × | decode tok/s browser / llama.cpp | × |' +
+             (each ? ' prefill × each round | decode × each round |' : ''));
+    out.push(`|---|---|--:|--:|--:|--:|--:|${each ? '--:|--:|' : ''}`);
+    const roundRatios = (row, key) => row.rounds
+      .map((r) => fmt(ratio(r.sipllm?.[key] ?? null, r.llamaCppNative?.[key] ?? null), 2)).join(' ');
     for (const row of peers) {
       const s = row.s && !row.s.error ? row.s : {};
       const l = row.llamaCpp.error ? {} : row.llamaCpp;
       const peerCell = (v) => (row.llamaCpp.error ? 'error' : tokS(v));
       out.push(`| ${row.model.shape} | ${row.model.type} | ${row.threads} | ${tokS(s.prefillTokS)} / ${peerCell(l.prefill)} | ` +
                `${fmt(ratio(s.prefillTokS, l.prefill), 2)} | ${tokS(s.decodeTokS)} / ${peerCell(l.decode)} | ` +
-               `${fmt(ratio(s.decodeTokS, l.decode), 2)} |`);
+               `${fmt(ratio(s.decodeTokS, l.decode), 2)} |` +
+               (each ? ` ${roundRatios(row, 'prefill')} | ${roundRatios(row, 'decode')} |` : ''));
     }
   }
 
@@ -802,9 +847,8 @@ async function main() {
   const wllamaVersion = JSON.parse(readFileSync(join(repoRoot, 'node_modules/@wllama/wllama/package.json'), 'utf8')).version;
   const meta = { wllamaVersion, browser: 'Chromium', cores: null, date: new Date().toISOString() };
 
-  const rows = [];
   const log = [];
-  const total = models.length * o.threads.length * o.engines.length;
+  const total = o.rounds * models.length * o.threads.length * o.engines.length;
   // One engine run in a fresh browser; a failure becomes the run's error.
   const runOnce = async (engine, config) => {
     try {
@@ -831,97 +875,102 @@ async function main() {
     const sorted = [...results].sort((a, b) => ttft(a) - ttft(b));
     return { result: sorted[Math.floor((sorted.length - 1) / 2)], coldTtftRuns: sorted.map(ttft) };
   };
-  let done = 0;
-  try {
-    for (const model of models) {
-      // Behind a capped link: how long this browser takes to download the
-      // file alone, in the engine's request pattern (2 MiB ranges, 2 at once).
-      let download = null;
-      if (o.mbps > 0) {
-        process.stdout.write(`${model.shape} ${model.type}: download alone: `);
-        const url = `${modelServer.url}/${model.file}`;
-        download = await runOnce('download', { url, pieceBytes: 2 << 20, inFlight: 2 });
-        console.log(download.error ? `error: ${download.error}` : `${fmt(download.downloadMs)} ms`);
-      }
-      for (const threads of o.threads) {
-        const row = { model, threads, s: null, w: null, raw: {}, download };
-        for (const engine of o.engines) {
-          done += 1;
-          const label = `[${done}/${total}] ${model.shape} ${model.type} ${threads}t ${engine}`;
-          process.stdout.write(`${label}: `);
-          const config = {
-            url: `${modelServer.url}/${model.file}`, threads, prompt: model.prompt, maxTokens: o.genTokens,
-            ban: model.ban, contextLength: o.context, warmRuns: o.warmRuns, seed: o.seed,
-            sipllmWasmBase: o.wasmDir === null ? null : '/sipllm-wasm/', sipllmBuild: o.sipllmBuild,
-          };
-          log.push(label);
-          let result;
-          if (engine === 'sipllm') {
-            const runs = await runSipllm(config, label);
-            result = runs.result;
-            row.coldTtftRuns = runs.coldTtftRuns;
-          } else {
-            result = await runOnce(engine, config);
-          }
-          if (result.browserVersion) meta.browser = `Chromium ${result.browserVersion}`;
-          if (result.cores) meta.cores = result.cores;
-          if (engine === 'sipllm' && result.build) meta.sipllmBuild = result.build;
-          if (engine === 'sipllm' && result.kernels) meta.sipllmKernels = result.kernels;
-          if (result.crossOriginIsolated === false) result.error ??= 'the bench page was not cross-origin isolated';
-          const summary = summarize(result);
-          row.raw[engine] = result;
-          if (engine === 'sipllm') {
-            row.s = summary;
-            if (o.mbps > 0 && !summary.error) row.coldBreakdown = coldBreakdown(result, model.bytes, await tensorDataStart(model.path), o.mbps);
-          }
-          else row.w = summary;
-          console.log(summary.error
-            ? `error: ${summary.error}`
-            : `load ${fmt(summary.loadMs)} ms, cold TTFT ${fmt(summary.coldTtftMs)} ms, ` +
-              `prefill ${tokS(summary.prefillTokS)} tok/s, decode ${tokS(summary.decodeTokS)} tok/s` +
-              `${o.warmRuns === 0 ? ' (cold)' : ''}, peak ${fmt(summary.peakBytes / MiB)} MiB` +
-              `${result.heapBytes ? ` (WebAssembly heap ${fmt(result.heapBytes / MiB)} MiB)` : ''}, ` +
-              `${summary.promptTokens} prompt / ${summary.generatedTokens} generated tokens`);
-        }
-        rows.push(row);
-      }
-    }
-  } finally {
-    await pageServer.close();
-    await modelServer.close();
-  }
-  // SipLLM's native build on the same files and threads, once the browser
-  // is gone (never beside it: two cores).
-  if (o.native && o.engines.includes('sipllm')) {
-    for (const row of rows) {
-      process.stdout.write(`${row.model.shape} ${row.model.type} ${row.threads}t sipllm native: `);
+  // The native peers of a row, right after its browser runs (never beside
+  // them: two cores), so that both sides meet the host in the same minute.
+  const llama = o.llamaCpp ? await loadLlamaCpp() : null;
+  const measurePeers = async (row) => {
+    const figures = { threads: row.threads, promptTokens: o.promptTokens, genTokens: o.genTokens, runs: Math.max(1, o.warmRuns) };
+    const name = `${row.model.shape} ${row.model.type} ${row.threads}t`;
+    if (o.native && o.engines.includes('sipllm')) {
+      process.stdout.write(`${name} sipllm native: `);
       try {
-        row.native = nativeBenchFigures(o.cli, row.model.path, {
-          threads: row.threads, promptTokens: o.promptTokens, genTokens: o.genTokens, runs: Math.max(1, o.warmRuns),
-        });
+        row.native = nativeBenchFigures(o.cli, row.model.path, figures);
         console.log(`prefill ${tokS(row.native.prefill)} tok/s, decode ${tokS(row.native.decode)} tok/s`);
       } catch (error) {
         row.native = { error: error.message.split('\n')[0] };
         console.log(`error: ${row.native.error}`);
       }
     }
-  }
-
-  if (o.llamaCpp) {
-    const llama = await loadLlamaCpp();
-    for (const row of rows) {
-      process.stdout.write(`${row.model.shape} ${row.model.type} ${row.threads}t llama.cpp native: `);
+    if (llama) {
+      process.stdout.write(`${name} llama.cpp native: `);
       try {
-        row.llamaCpp = await llamaCppFigures(llama, row.model.path, {
-          threads: row.threads, promptTokens: o.promptTokens, genTokens: o.genTokens, runs: Math.max(1, o.warmRuns),
-        });
+        row.llamaCpp = await llamaCppFigures(llama, row.model.path, figures);
         console.log(`prefill ${tokS(row.llamaCpp.prefill)} tok/s, decode ${tokS(row.llamaCpp.decode)} tok/s`);
       } catch (error) {
         row.llamaCpp = { error: error.message.split('\n')[0] };
         console.log(`error: ${row.llamaCpp.error}`);
       }
     }
+  };
+  // Behind a capped link: how long this browser takes to download the file
+  // alone, in the engine's request pattern (2 MiB ranges, 2 at once).
+  const downloadAlone = async (model) => {
+    process.stdout.write(`${model.shape} ${model.type}: download alone: `);
+    const download = await runOnce('download', { url: `${modelServer.url}/${model.file}`, pieceBytes: 2 << 20, inFlight: 2 });
+    console.log(download.error ? `error: ${download.error}` : `${fmt(download.downloadMs)} ms`);
+    return download;
+  };
+  let done = 0;
+  // One row of the matrix in one round: each engine in the browser, then
+  // the native peers.
+  const measureRow = async (model, threads, round, download) => {
+    const row = { model, threads, s: null, w: null, raw: {}, download };
+    for (const engine of o.engines) {
+      done += 1;
+      const label = `[${done}/${total}] ${model.shape} ${model.type} ${threads}t ${engine}${o.rounds > 1 ? ` (round ${round + 1})` : ''}`;
+      process.stdout.write(`${label}: `);
+      const config = {
+        url: `${modelServer.url}/${model.file}`, threads, prompt: model.prompt, maxTokens: o.genTokens,
+        ban: model.ban, contextLength: o.context, warmRuns: o.warmRuns, seed: o.seed,
+        sipllmWasmBase: o.wasmDir === null ? null : '/sipllm-wasm/', sipllmBuild: o.sipllmBuild,
+      };
+      log.push(label);
+      let result;
+      if (engine === 'sipllm') {
+        const runs = await runSipllm(config, label);
+        result = runs.result;
+        row.coldTtftRuns = runs.coldTtftRuns;
+      } else {
+        result = await runOnce(engine, config);
+      }
+      if (result.browserVersion) meta.browser = `Chromium ${result.browserVersion}`;
+      if (result.cores) meta.cores = result.cores;
+      if (engine === 'sipllm' && result.build) meta.sipllmBuild = result.build;
+      if (engine === 'sipllm' && result.kernels) meta.sipllmKernels = result.kernels;
+      if (result.crossOriginIsolated === false) result.error ??= 'the bench page was not cross-origin isolated';
+      const summary = summarize(result);
+      row.raw[engine] = result;
+      if (engine === 'sipllm') {
+        row.s = summary;
+        if (o.mbps > 0 && !summary.error) row.coldBreakdown = coldBreakdown(result, model.bytes, await tensorDataStart(model.path), o.mbps);
+      }
+      else row.w = summary;
+      console.log(summary.error
+        ? `error: ${summary.error}`
+        : `load ${fmt(summary.loadMs)} ms, cold TTFT ${fmt(summary.coldTtftMs)} ms, ` +
+          `prefill ${tokS(summary.prefillTokS)} tok/s, decode ${tokS(summary.decodeTokS)} tok/s` +
+          `${o.warmRuns === 0 ? ' (cold)' : ''}, peak ${fmt(summary.peakBytes / MiB)} MiB` +
+          `${result.heapBytes ? ` (WebAssembly heap ${fmt(result.heapBytes / MiB)} MiB)` : ''}, ` +
+          `${summary.promptTokens} prompt / ${summary.generatedTokens} generated tokens`);
+    }
+    await measurePeers(row);
+    return row;
+  };
+  const rounds = [];
+  try {
+    for (let round = 0; round < o.rounds; ++round) {
+      const roundRows = [];
+      for (const model of models) {
+        const download = o.mbps > 0 && round === 0 ? await downloadAlone(model) : null;
+        for (const threads of o.threads) roundRows.push(await measureRow(model, threads, round, download));
+      }
+      rounds.push(roundRows);
+    }
+  } finally {
+    await pageServer.close();
+    await modelServer.close();
   }
+  const rows = rounds[0].map((row, i) => mergeRounds(rounds.map((r) => r[i])));
 
   const table = printTables(o, rows, meta);
   const jsonPath = o.json ?? join(repoRoot, 'build/bench', `results-${meta.date.replace(/[:.]/g, '-')}.json`);
@@ -936,7 +985,7 @@ async function main() {
     rows: rows.map((r) => ({
       model: { shape: r.model.shape, type: r.model.type, file: r.model.file, bytes: r.model.bytes, vocab: r.model.vocab },
       threads: r.threads, sipllm: r.s, wllama: r.w, sipllmNative: r.native ?? null, llamaCppNative: r.llamaCpp ?? null,
-      coldTtftRuns: r.coldTtftRuns ?? null,
+      coldTtftRuns: r.coldTtftRuns ?? null, rounds: r.rounds,
       coldBreakdown: r.coldBreakdown ?? null, download: r.download ?? null, raw: r.raw,
     })),
     prompt: models[0]?.prompt,
