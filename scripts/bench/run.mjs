@@ -686,7 +686,8 @@ function printTables(o, rows, meta) {
     out.push('');
     out.push(`SipLLM in ${meta.browser} against its native build on the same files and threads: the WebAssembly ` +
              `penalty. Native: \`sipllm bench\` of build/native (Release, -march=native: ${natives.find((row) => row.native.kernels)?.native.kernels ?? '–'}), ` +
-             `${o.promptTokens}-token prompt, ${o.genTokens} greedy tokens, best of ${Math.max(1, o.warmRuns)}; ` +
+             `${o.promptTokens}-token prompt, ${o.genTokens} greedy tokens, best of ${Math.max(1, o.warmRuns)}` +
+             `${o.rounds > 1 ? ` in each of ${o.rounds} rounds` : ''}; ` +
              'its prefill with the weights already in memory, as a warm browser run has them. The last column puts ' +
              'both prefills in multiply-adds per second in the blocks\' matrices beside the native build\'s dot product ' +
              'peak (its 8-bit instruction alone, as many threads); WebAssembly\'s 128-bit one is lower: the kernel ' +
