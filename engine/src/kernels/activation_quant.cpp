@@ -48,6 +48,12 @@ v128_t round_to_i32(v128_t v) {
 
 bool keeps_quads(ActivationFormat format) { return format == ActivationFormat::kQ8_0; }
 
+size_t QuantizedActivations::quad_offset(int j, int v) {
+  const auto position = static_cast<size_t>(j), value = static_cast<size_t>(v);
+  if constexpr (simd::kWideGroups) return 64 * (value / 16) + 16 * position + value % 16;
+  return 16 * (value / 4) + 4 * position + value % 4;
+}
+
 int activation_block(ActivationFormat format) {
   switch (format) {
     case ActivationFormat::kQ8_0: return 32;
@@ -163,8 +169,10 @@ void quantize_activations(const float* x, int n_positions, int cols, ActivationF
       const size_t slot = p % 4;
       for (size_t b = 0; b < blocks; ++b) {
         const size_t quad_block = p / 4 * blocks + b;
-        std::memcpy(out->q8_quads.data() + quad_block * 128 + 16 * slot, q8 + 32 * b, 16);
-        std::memcpy(out->q8_quads.data() + quad_block * 128 + 64 + 16 * slot, q8 + 32 * b + 16, 16);
+        for (int v = 0; v < 32; v += 4) {  // runs of four values lie together in either layout
+          std::memcpy(out->q8_quads.data() + quad_block * 128 + QuantizedActivations::quad_offset(static_cast<int>(slot), v),
+                      q8 + 32 * b + v, 4);
+        }
         out->d_quads[quad_block * 4 + slot] = out->d[p * blocks + b];
         out->sums_quads[quad_block * 4 + slot] = out->sums[p * blocks + b];
       }

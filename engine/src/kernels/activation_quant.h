@@ -43,9 +43,9 @@ struct QuantizedActivations {
   std::vector<int32_t> sums;  // [position][cols / 32]: sum of each run of 32 q
   std::vector<int32_t> sums16;  // [position][cols / 16]: the same per run of 16
   // Where keeps_quads(format): positions in quads, the last n_positions % 4
-  // left out. Per quad and block of 32: the four positions' values 0..15, then
-  // their values 16..31 (128 bytes); their scales; their sums.
-  std::vector<int8_t> q8_quads;     // [position / 4][cols / 32][2][4][16]
+  // left out. Per quad and block of 32: the four positions' values (128
+  // bytes, as quad_offset() places them); their scales; their sums.
+  std::vector<int8_t> q8_quads;     // [position / 4][cols / 32][128]
   std::vector<float> d_quads;       // [position / 4][cols / 32][4]
   std::vector<int32_t> sums_quads;  // [position / 4][cols / 32][4]
 
@@ -59,6 +59,14 @@ struct QuantizedActivations {
   const int8_t* q8_quad(int p) const { return q8_quads.data() + static_cast<size_t>(p / 4) * (cols / 32) * 128; }
   const float* d_quad(int p) const { return d_quads.data() + static_cast<size_t>(p / 4) * (cols / 32) * 4; }
   const int32_t* sums_quad(int p) const { return sums_quads.data() + static_cast<size_t>(p / 4) * (cols / 32) * 4; }
+  // Where value v (0..31) of a block of position p + j lies in the quad's
+  // 128 bytes of that block. 128-bit tiles take a group of four values of all
+  // four positions at once (one 16-byte load, lane j: position j), so the
+  // groups come one after another: 16 * (v / 4) + 4 * j + v % 4. Natively,
+  // 512-bit tiles take each position's 16 values of a half together (an
+  // in-lane shuffle gives each 128-bit quarter its position's values):
+  // 64 * (v / 16) + 16 * j + v % 16 (simd::kWideGroups).
+  static size_t quad_offset(int j, int v);
   // The three at once, for a kernel's tile of positions p..p+3.
   struct Quad {
     const int8_t* q8;

@@ -501,7 +501,7 @@ TEST_P(MatmulKernelTest, TiledMatrixGivesTheSameBits) {
         dequantize_matrix_row(tiled, r, b.data());
         ASSERT_TRUE(same_bits(a, b)) << "row " << r;
       }
-      for (int n_positions : {1, 4, 5}) {
+      for (int n_positions : {1, 4, 5, 8, 13}) {  // 8, 13: tiles of two quads, then one, then one position
         const std::vector<float> x = random_floats(rng, static_cast<size_t>(n_positions) * cols);
         for (int row_begin : {0, 4}) {
           if (row_begin >= rows) continue;
@@ -659,8 +659,10 @@ TEST(KernelsMatmul, QuantizedActivationsHoldWhatIsCounted) {
           for (int j = 0; j < 4; ++j) {
             const int8_t* row = q.q8_row(p + j) + 32 * b;
             const int8_t* quad = q.q8_quad(p) + 128 * b;
-            ASSERT_EQ(std::memcmp(quad + 16 * j, row, 16), 0) << "position " << p + j << ", block " << b;
-            ASSERT_EQ(std::memcmp(quad + 64 + 16 * j, row + 16, 16), 0) << "position " << p + j << ", block " << b;
+            for (int v = 0; v < 32; ++v) {
+              ASSERT_EQ(quad[QuantizedActivations::quad_offset(j, v)], row[v])
+                  << "position " << p + j << ", block " << b << ", value " << v;
+            }
             ASSERT_EQ(q.d_quad(p)[4 * b + j], q.d_row(p + j)[b]);
             ASSERT_EQ(q.sums_quad(p)[4 * b + j], q.sums_row(p + j)[b]);
           }

@@ -21,8 +21,10 @@
 // (simd::WideGroup) and four positions per register (simd::QuadAccumulator),
 // Q8_0's four positions per register (simd::WholeBlockQuadAccumulator).
 // With the exact 8-bit dot product in 128-bit registers (WebAssembly's
-// relaxed SIMD where the engine gives it, VNNI without 512-bit tiles), tiles
-// of four positions read them from the same quads. All give the same sums
+// relaxed SIMD where the engine gives it, VNNI without 512-bit tiles),
+// interleaved tiles and Q8_0's take two quads of positions at once, a
+// position per lane and each row's values broadcast (dot_rows4_quads). All
+// give the same sums
 // and the same float operations. The references compute exactly this,
 // one element at a time.
 #include <algorithm>
@@ -380,104 +382,117 @@ class TileScales {
   std::vector<float> floats_;
 };
 
-// dot_rows4_interleaved for four positions in quads (QuantizedActivations::
-// q8_quad), 4-bit values or unpacked 5-bit ones and the exact 8-bit dot
-// product, in 128-bit registers: WebAssembly's, and natively VNNI's without
-// 512-bit tiles. One base address reaches every position's values, scales
-// and sums (each at a constant offset), a load of a position's 16 values
-// gives four dot products their four values each by an in-register shuffle,
-// and each position's sum over the first 16 values starts at
-// -offset * sum(x), over the last 16 at 0: two chains of four dot products.
-// In Chromium (x86, AVX-VNNI) that ran prefill's Q4_0 tiles 15-20 % faster
-// with one thread than row by row, where V8 spilled the positions' pointers
-// and sums and computed an address for each broadcast; natively on AVX-VNNI
-// 10-20 %. The unpacked 5-bit tiles (int16 pairs row by row before) gained
-// 25-35 % in Chromium with two threads, 10-25 % natively. The rows' scales
-// come converted to floats (TileScales), once per tile instead of once per
-// quad of positions: in WebAssembly a half float's conversion is ten
-// instructions and a branch; Chromium's Q4_0 tiles ran 5-8 % faster with
-// one thread, its prefill (SmolLM-135M Q4_0) 8-10 %.
-template <class F>
-void dot_rows4_interleaved_quad(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0,
-                                const float* scales, v128_t acc[4]) {
-  const auto [x8, xd, xs] = x.quad(p0);
-  for (int j = 0; j < 4; ++j) acc[j] = wasm_f32x4_splat(0.0f);
-  // Made once (low_nibbles says why): Chromium's Q4_0 tiles ran 2-5 % faster.
-  const v128_t nibble_mask = simd::opaque(wasm_i8x16_splat(0x0f));
-  for (int b = 0; b < n_blocks; ++b) {
-    const uint8_t* group = tile.row[0] + static_cast<size_t>(b) * tile.block_stride;
-    const uint8_t* values = group + 4 * F::kValuesFrom;
-    const int8_t* xb = x8 + 128 * b;
-    const float* block_scales = scales + TileScales::floats_per_block<F>() * b;
-    const v128_t dw4 = simd::load(block_scales);
-    const v128_t mw4 = F::kHasMin ? simd::load(block_scales + 4) : wasm_f32x4_splat(0.0f);
-    v128_t low[4], high[4];
-    simd::splat_each_lane_i32(wasm_i32x4_mul(simd::load(xs + 4 * b), wasm_i32x4_splat(-F::kOffset)), low);
+// A group of four values of two rows (rows kRow and kRow + 1 of a tile) in
+// each half of a block, each row's four bytes in all four lanes, as unsigned
+// bytes: w[half][i] holds values 16 * half + 4k.. of row kRow + i. From an
+// interleaved tile (4-bit values or unpacked 5-bit ones) one load serves both
+// rows; Q8_0's signed bytes are shifted to unsigned (x + 128: the sign bit
+// flipped, sign_bits) and read from each row's block.
+template <class F, int kRow>
+void broadcast_group(const RowTile& tile, size_t block_offset, int k, v128_t nibble_mask, v128_t sign_bits,
+                     v128_t w[2][2]) {
+  if constexpr (F::kSignedBytes) {
     for (int half = 0; half < 2; ++half) {
-      v128_t* sums = half == 0 ? low : high;
-      v128_t xq[4];  // each position's values 16 * half..
-      for (int j = 0; j < 4; ++j) xq[j] = simd::load(xb + 64 * half + 16 * j);
-      // Vector k: values 16 * half + 4k.. of each row, times those of each
-      // position (lane k of its 16).
-      const auto add_products = [&](auto k_constant) {
-        constexpr int k = decltype(k_constant)::value;
-        v128_t u;
-        if constexpr (F::kMaxLevel == 15) {
-          const v128_t bytes = simd::load(values + 16 * k);
-          u = half == 0 ? low_nibbles(bytes, nibble_mask) : high_nibbles(bytes, nibble_mask);
-        } else {
-          u = simd::load(values + 16 * (4 * half + k));  // unpacked 5-bit values, as F::unpack_interleaved
-        }
-        for (int j = 0; j < 4; ++j) {
-          const v128_t start = half == 1 && k == 0 ? wasm_i32x4_splat(0) : sums[j];
-          sums[j] = simd::dot_u8i8x16_add(u, simd::splat_lane_i32<k>(xq[j]), start);
-        }
-      };
-      add_products(std::integral_constant<int, 0>{});
-      add_products(std::integral_constant<int, 1>{});
-      add_products(std::integral_constant<int, 2>{});
-      add_products(std::integral_constant<int, 3>{});
+      for (int i = 0; i < 2; ++i) {
+        const uint8_t* values = tile.row[kRow + i] + block_offset + offsetof(BlockQ8_0, qs);
+        w[half][i] = wasm_v128_xor(wasm_v128_load32_splat(values + 16 * half + 4 * k), sign_bits);
+      }
     }
-    for (int j = 0; j < 4; ++j) {
-      acc[j] = add_block<F, true>(acc[j], wasm_i32x4_add(low[j], high[j]), dw4, mw4, xd[4 * b + j], xs[4 * b + j]);
+  } else {
+    const uint8_t* values = tile.row[0] + block_offset + 4 * F::kValuesFrom;
+    v128_t u[2];
+    if constexpr (F::kMaxLevel == 15) {
+      const v128_t bytes = simd::load(values + 16 * k);
+      u[0] = low_nibbles(bytes, nibble_mask);
+      u[1] = high_nibbles(bytes, nibble_mask);
+    } else {
+      u[0] = simd::load(values + 16 * k);  // unpacked 5-bit values, as F::unpack_interleaved
+      u[1] = simd::load(values + 64 + 16 * k);
+    }
+    for (int half = 0; half < 2; ++half) {
+      w[half][0] = simd::splat_lane_i32<kRow>(u[half]);
+      w[half][1] = simd::splat_lane_i32<kRow + 1>(u[half]);
     }
   }
 }
 
-// dot_rows4 for Q8_0's whole blocks and four positions in quads, the exact
-// 8-bit dot product, 128-bit registers: the weights are shifted to unsigned
-// once for the four positions (w + 128), each position's x taken as it is,
-// and 128 * sum(x) taken away by starting each row's lanes at -32 * sum(x).
-// Against the row-by-row form (x shifted per position, -128 * sum(w) per
-// row and block): Chromium's (x86, AVX-VNNI) Q8_0 prefill tiles ran about
-// 10 % faster with two threads, native ones on AVX-VNNI 15-45 %. The rows'
-// scales come converted to floats (TileScales), once per tile.
-template <class F>
-void dot_rows4_signed_quad(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0,
-                           const float* scales, v128_t acc[4]) {
-  const auto [x8, xd, xs] = x.quad(p0);
-  for (int j = 0; j < 4; ++j) acc[j] = wasm_f32x4_splat(0.0f);
-  for (int b = 0; b < n_blocks; ++b) {
-    const uint8_t* block[4];
-    for (int i = 0; i < 4; ++i) block[i] = tile.row[i] + static_cast<size_t>(b) * tile.block_stride;
-    const v128_t dw4 = simd::load(scales + 4 * b);
-    v128_t w[4][2];
-    for (int i = 0; i < 4; ++i) {
-      F::unpack_signed_bytes(block[i], w[i]);
-      w[i][0] = simd::shift_to_unsigned(w[i][0]);
-      w[i][1] = simd::shift_to_unsigned(w[i][1]);
+// dot_rows4 for kQuads quads of positions (QuantizedActivations::q8_quad, a
+// group's four values of the four positions in 16 bytes), the exact 8-bit dot
+// product, in 128-bit registers: WebAssembly's, and natively VNNI's without
+// 512-bit tiles. Two rows at a time: each row's four values of a group
+// broadcast (broadcast_group) and multiplied with a quad's values of that
+// group as they lie, lane j position j, so that each load of activations
+// serves two rows and each broadcast kQuads quads. Every lane sums whole
+// blocks of one row and position, so each (row, quad) sum starts at
+// -offset * sum(x) (Q4_0, unpacked Q5_0; Q8_0's shifted weights: -128 * sum(x))
+// and needs no reduction. Two quads per call: Chromium's Q4_0 tiles (x86,
+// AVX-VNNI) ran about 12 % faster with one thread than one quad with the
+// activations broadcast (32 shuffles per 32 dot products, 16 here).
+// The four groups of a block stay a loop: unrolled, LLVM makes each sum's
+// eight dot products one expression whose operands WebAssembly's operand
+// order puts before them all, and V8, which keeps that order, spilled them
+// (50 % slower). The rows' scales come converted to floats (TileScales),
+// once per tile instead of once per quad: in WebAssembly a half float's
+// conversion is ten instructions and a branch.
+template <class F, int kQuads>
+void dot_rows4_quads(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0, const float* scales,
+                     v128_t acc[4 * kQuads]) {
+  constexpr int kOffset = F::kSignedBytes ? 128 : F::kOffset;
+  QuantizedActivations::Quad quads[kQuads];
+  for (int q = 0; q < kQuads; ++q) quads[q] = x.quad(p0 + 4 * q);
+  const v128_t nibble_mask = simd::opaque(wasm_i8x16_splat(0x0f));
+  const v128_t sign_bits = simd::opaque(wasm_i8x16_splat(static_cast<int8_t>(0x80)));
+  v128_t sums[4][kQuads];  // row i, quad q: lane j position j
+  const auto two_rows = [&](auto first_row) {
+    constexpr int kRow = decltype(first_row)::value;
+    v128_t f[2][kQuads];
+    for (auto& row : f) {
+      for (v128_t& v : row) v = wasm_f32x4_splat(0.0f);
     }
-    v128_t start[4];
-    simd::splat_each_lane_i32(wasm_i32x4_mul(simd::load(xs + 4 * b), wasm_i32x4_splat(-32)), start);
-    const int8_t* xb = x8 + 128 * b;
-    for (int j = 0; j < 4; ++j) {
-      const v128_t x0 = simd::load(xb + 16 * j), x1 = simd::load(xb + 64 + 16 * j);
-      v128_t s[4];
-      for (int i = 0; i < 4; ++i) s[i] = simd::dot_u8i8x16_add(w[i][1], x1, simd::dot_u8i8x16_add(w[i][0], x0, start[j]));
-      acc[j] = add_block<F>(acc[j], simd::transpose_sum_i32(s[0], s[1], s[2], s[3]), dw4, wasm_f32x4_splat(0.0f),
-                            xd[4 * b + j], xs[4 * b + j]);
+    for (int b = 0; b < n_blocks; ++b) {
+      const size_t block_offset = static_cast<size_t>(b) * tile.block_stride;
+      v128_t s[2][kQuads];
+      for (int q = 0; q < kQuads; ++q) {
+        s[0][q] = s[1][q] = wasm_i32x4_mul(simd::load(quads[q].sums + 4 * b), wasm_i32x4_splat(-kOffset));
+      }
+SIPLLM_NO_UNROLL
+      for (int k = 0; k < 4; ++k) {
+        v128_t w[2][2];
+        broadcast_group<F, kRow>(tile, block_offset, k, nibble_mask, sign_bits, w);
+        for (int half = 0; half < 2; ++half) {
+          for (int q = 0; q < kQuads; ++q) {
+            const v128_t xq = simd::load(quads[q].q8 + 128 * b + 64 * half + 16 * k);
+            s[0][q] = simd::dot_u8i8x16_add(w[half][0], xq, s[0][q]);
+            s[1][q] = simd::dot_u8i8x16_add(w[half][1], xq, s[1][q]);
+          }
+        }
+      }
+      const float* block_scales = scales + TileScales::floats_per_block<F>() * b;
+      const v128_t dw4 = simd::load(block_scales);
+      const v128_t dw[2] = {simd::splat_lane_i32<kRow>(dw4), simd::splat_lane_i32<kRow + 1>(dw4)};
+      for (int q = 0; q < kQuads; ++q) {
+        const v128_t dx = simd::load(quads[q].d + 4 * b);
+        for (int i = 0; i < 2; ++i) {
+          // As add_block: isum * (d_w * d_x), plus m_w * (d_x * sum_x).
+          v128_t term = wasm_f32x4_mul(wasm_f32x4_convert_i32x4(s[i][q]), wasm_f32x4_mul(dw[i], dx));
+          if constexpr (F::kHasMin) {
+            const v128_t mw4 = simd::load(block_scales + 4);
+            const v128_t mw = i == 0 ? simd::splat_lane_i32<kRow>(mw4) : simd::splat_lane_i32<kRow + 1>(mw4);
+            const v128_t sx = wasm_f32x4_mul(dx, wasm_f32x4_convert_i32x4(simd::load(quads[q].sums + 4 * b)));
+            term = wasm_f32x4_add(term, wasm_f32x4_mul(mw, sx));
+          }
+          f[i][q] = wasm_f32x4_add(f[i][q], term);
+        }
+      }
     }
-  }
+    for (int q = 0; q < kQuads; ++q) {
+      sums[kRow][q] = f[0][q];
+      sums[kRow + 1][q] = f[1][q];
+    }
+  };
+  two_rows(std::integral_constant<int, 0>{});
+  two_rows(std::integral_constant<int, 2>{});
+  for (int q = 0; q < kQuads; ++q) simd::transpose(sums[0][q], sums[1][q], sums[2][q], sums[3][q], acc + 4 * q);
 }
 
 // dot_rows4 for a tile whose rows' values are interleaved (RowTile::
@@ -653,24 +668,25 @@ void rows_simd(const WeightMatrix& w, int row_begin, int row_end, const Activati
   [[maybe_unused]] TileScales scales;
   simd::with_exact_byte_dot([&](auto exact) {
     constexpr bool kExact = decltype(exact)::value;
-    for_each_row_tile<4>(
+    // Where a tile's quads of positions take dot_rows4_quads: interleaved
+    // tiles, and Q8_0's whole blocks.
+    constexpr bool kQuadTiles = kExact && !simd::kWideGroups && (F::kValuesFrom != 0 || F::kSignedBytes);
+    const auto dot_quads = [&](const RowTile& tile, int p, auto n_quads, v128_t* acc) {
+      constexpr int kQuads = decltype(n_quads)::value;
+      if constexpr (kQuadTiles) {
+        if ((F::kValuesFrom == 0 || tile.values_interleaved) && q.in_quads(p + 4 * kQuads - 4)) {
+          // The tile's scales are kept between its quads here: passed down
+          // through dot_rows4, they made the one-position path (decode) 2.5 %
+          // slower in Chromium.
+          return dot_rows4_quads<F, kQuads>(tile, n_blocks, q, p, scales.of<F>(tile, n_blocks), acc);
+        }
+      }
+      for (int j = 0; j < kQuads; ++j) dot_rows4<F, 4, kExact>(tile, n_blocks, q, p + 4 * j, acc + 4 * j);
+    };
+    for_each_row_tile<8, 4>(
         w, row_begin, row_end, x.n_positions, y, y_stride,
-        [&](const RowTile& tile, int p, v128_t* acc) {
-#if !defined(SIPLLM_WIDE_GROUPS)
-          // The 128-bit quad tiles are picked here, where the tile's scales
-          // are kept between its quads: passed down through dot_rows4, they
-          // made the one-position path (decode) 2.5 % slower in Chromium.
-          if constexpr (kExact && F::kValuesFrom != 0) {
-            if (tile.values_interleaved && q.in_quads(p)) {
-              return dot_rows4_interleaved_quad<F>(tile, n_blocks, q, p, scales.of<F>(tile, n_blocks), acc);
-            }
-          }
-          if constexpr (kExact && F::kSignedBytes) {
-            if (q.in_quads(p)) return dot_rows4_signed_quad<F>(tile, n_blocks, q, p, scales.of<F>(tile, n_blocks), acc);
-          }
-#endif
-          dot_rows4<F, 4, kExact>(tile, n_blocks, q, p, acc);
-        },
+        [&](const RowTile& tile, int p, v128_t* acc) { dot_quads(tile, p, std::integral_constant<int, 2>{}, acc); },
+        [&](const RowTile& tile, int p, v128_t* acc) { dot_quads(tile, p, std::integral_constant<int, 1>{}, acc); },
         [&](const RowTile& tile, int p, v128_t* acc) { dot_rows4<F, 1, kExact>(tile, n_blocks, q, p, acc); });
   });
 }

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "kernels/matmul.h"
 #include "kernels/simd.h"
@@ -49,12 +50,15 @@ struct RowTile {
 };
 
 // dot_tile(tile, p, acc) fills acc[0..kTile) with four rows' dot products for
-// positions p..p+kTile; dot_one(tile, p, acc) does the same for position p
-// alone (the positions left over after the whole tiles), and prefetches.
-template <int kTile, class DotTile, class DotOne>
+// positions p..p+kTile (acc[j]'s lane i: row i, position p + j); dot_one(tile,
+// p, acc) does the same for position p alone (the positions left over after
+// the whole tiles), and prefetches. With dot_wide, positions go in tiles of
+// kWideTile (a multiple of kTile) first, then of kTile, then one by one.
+template <int kWideTile, int kTile, class DotWide, class DotTile, class DotOne>
 void for_each_row_tile(const WeightMatrix& w, int row_begin, int row_end, int n_positions, float* y,
-                       size_t y_stride, DotTile dot_tile, DotOne dot_one) {
+                       size_t y_stride, DotWide dot_wide, DotTile dot_tile, DotOne dot_one) {
   static_assert(WeightMatrix::kTileRows == 4, "a tile of the layout is a tile of the kernels");
+  static_assert(kWideTile % kTile == 0, "wide tiles are whole tiles");
   if (w.tiled() && row_begin % 4 != 0) {
     throw Error(ErrorKind::kInvalidArgument, "rows of a tiled matrix from row " + std::to_string(row_begin) +
                                                  ", not the start of a tile");
@@ -79,18 +83,25 @@ void for_each_row_tile(const WeightMatrix& w, int row_begin, int row_end, int n_
       tile.ahead_bytes = 0;
     }
     int p = 0;
-    for (; p + kTile <= n_positions; p += kTile) {
-      v128_t acc[kTile];
-      dot_tile(tile, p, acc);
-      for (int j = 0; j < kTile; ++j) simd::store_lanes(acc[j], y + static_cast<size_t>(p + j) * y_stride + r, valid);
-    }
-    for (; p < n_positions; ++p) {
-      v128_t acc[1];
-      dot_one(tile, p, acc);
-      simd::store_lanes(acc[0], y + static_cast<size_t>(p) * y_stride + r, valid);
-      tile.ahead_bytes = 0;
-    }
+    const auto tiles_of = [&](auto size, auto& dot) {
+      constexpr int kSize = decltype(size)::value;
+      for (; p + kSize <= n_positions; p += kSize) {
+        v128_t acc[kSize];
+        dot(tile, p, acc);
+        for (int j = 0; j < kSize; ++j) simd::store_lanes(acc[j], y + static_cast<size_t>(p + j) * y_stride + r, valid);
+        tile.ahead_bytes = 0;
+      }
+    };
+    if constexpr (kWideTile != kTile) tiles_of(std::integral_constant<int, kWideTile>{}, dot_wide);
+    tiles_of(std::integral_constant<int, kTile>{}, dot_tile);
+    tiles_of(std::integral_constant<int, 1>{}, dot_one);
   }
+}
+
+template <int kTile, class DotTile, class DotOne>
+void for_each_row_tile(const WeightMatrix& w, int row_begin, int row_end, int n_positions, float* y,
+                       size_t y_stride, DotTile dot_tile, DotOne dot_one) {
+  for_each_row_tile<kTile, kTile>(w, row_begin, row_end, n_positions, y, y_stride, dot_tile, dot_tile, dot_one);
 }
 
 }  // namespace sipllm

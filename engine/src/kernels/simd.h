@@ -139,6 +139,14 @@ inline void splat_each_lane_i32(v128_t v, v128_t out[4]) {
   out[3] = splat_lane_i32<3>(v);
 }
 
+// A loop the compiler must not unroll (where its unrolled form is the slower
+// one; the kernel says why).
+#if defined(__clang__)
+#define SIPLLM_NO_UNROLL _Pragma("clang loop unroll(disable)")
+#else
+#define SIPLLM_NO_UNROLL _Pragma("GCC unroll 1")
+#endif
+
 // ---- Byte dot products ------------------------------------------------------------
 
 // acc plus the 16 products u[i] * x[i], where u's bytes are weights in
@@ -575,6 +583,16 @@ inline v128_t transpose_sum_i32(v128_t v0, v128_t v1, v128_t v2, v128_t v3) {
   const v128_t b = wasm_i32x4_add(wasm_i32x4_shuffle(v2, v3, 0, 4, 1, 5),
                                   wasm_i32x4_shuffle(v2, v3, 2, 6, 3, 7));
   return wasm_i32x4_add(wasm_i32x4_shuffle(a, b, 0, 1, 4, 5), wasm_i32x4_shuffle(a, b, 2, 3, 6, 7));
+}
+
+// out[j]'s lane i: lane j of v_i (a 4x4 transpose of 32-bit lanes).
+inline void transpose(v128_t v0, v128_t v1, v128_t v2, v128_t v3, v128_t out[4]) {
+  const v128_t a0 = wasm_i32x4_shuffle(v0, v1, 0, 4, 1, 5), a1 = wasm_i32x4_shuffle(v0, v1, 2, 6, 3, 7);
+  const v128_t b0 = wasm_i32x4_shuffle(v2, v3, 0, 4, 1, 5), b1 = wasm_i32x4_shuffle(v2, v3, 2, 6, 3, 7);
+  out[0] = wasm_i32x4_shuffle(a0, b0, 0, 1, 4, 5);
+  out[1] = wasm_i32x4_shuffle(a0, b0, 2, 3, 6, 7);
+  out[2] = wasm_i32x4_shuffle(a1, b1, 0, 1, 4, 5);
+  out[3] = wasm_i32x4_shuffle(a1, b1, 2, 3, 6, 7);
 }
 
 inline v128_t transpose_sum_f32(v128_t v0, v128_t v1, v128_t v2, v128_t v3) {
