@@ -382,32 +382,50 @@ class TileScales {
   std::vector<float> floats_;
 };
 
-// A group of four values of two rows (rows kRow and kRow + 1 of a tile) in
+// Where broadcast_group finds a block's first group of two rows (rows kRow
+// and kRow + 1 of a tile) and how far on the next one lies: an interleaved
+// tile's values (4-bit ones or unpacked 5-bit ones) hold the four rows'
+// groups together, Q8_0's blocks each row's values whole.
+template <class F>
+struct GroupCursor {
+  static constexpr size_t kStep = F::kSignedBytes ? 4 : 16;
+  template <int kRow>
+  static GroupCursor first(const RowTile& tile, size_t block_offset) {
+    if constexpr (F::kSignedBytes) {
+      return {{tile.row[kRow] + block_offset + offsetof(BlockQ8_0, qs),
+               tile.row[kRow + 1] + block_offset + offsetof(BlockQ8_0, qs)}};
+    } else {
+      const uint8_t* values = tile.row[0] + block_offset + 4 * F::kValuesFrom;
+      return {{values, values}};
+    }
+  }
+  void next() {
+    at[0] += kStep;
+    if constexpr (F::kSignedBytes) at[1] += kStep;
+  }
+  const uint8_t* at[2];
+};
+
+// The group at `cursor` of two rows (rows kRow and kRow + 1 of a tile) in
 // each half of a block, each row's four bytes in all four lanes, as unsigned
-// bytes: w[half][i] holds values 16 * half + 4k.. of row kRow + i. From an
-// interleaved tile (4-bit values or unpacked 5-bit ones) one load serves both
-// rows; Q8_0's signed bytes are shifted to unsigned (x + 128: the sign bit
-// flipped, sign_bits) and read from each row's block.
+// bytes: w[half][i] holds values 16 * half + 4k.. of row kRow + i (group k).
+// From an interleaved tile one load serves both rows; Q8_0's signed bytes are
+// shifted to unsigned (x + 128: the sign bit flipped, sign_bits).
 template <class F, int kRow>
-void broadcast_group(const RowTile& tile, size_t block_offset, int k, v128_t nibble_mask, v128_t sign_bits,
-                     v128_t w[2][2]) {
+void broadcast_group(const GroupCursor<F>& cursor, v128_t nibble_mask, v128_t sign_bits, v128_t w[2][2]) {
   if constexpr (F::kSignedBytes) {
     for (int half = 0; half < 2; ++half) {
-      for (int i = 0; i < 2; ++i) {
-        const uint8_t* values = tile.row[kRow + i] + block_offset + offsetof(BlockQ8_0, qs);
-        w[half][i] = wasm_v128_xor(wasm_v128_load32_splat(values + 16 * half + 4 * k), sign_bits);
-      }
+      for (int i = 0; i < 2; ++i) w[half][i] = wasm_v128_xor(wasm_v128_load32_splat(cursor.at[i] + 16 * half), sign_bits);
     }
   } else {
-    const uint8_t* values = tile.row[0] + block_offset + 4 * F::kValuesFrom;
     v128_t u[2];
     if constexpr (F::kMaxLevel == 15) {
-      const v128_t bytes = simd::load(values + 16 * k);
+      const v128_t bytes = simd::load(cursor.at[0]);
       u[0] = low_nibbles(bytes, nibble_mask);
       u[1] = high_nibbles(bytes, nibble_mask);
     } else {
-      u[0] = simd::load(values + 16 * k);  // unpacked 5-bit values, as F::unpack_interleaved
-      u[1] = simd::load(values + 64 + 16 * k);
+      u[0] = simd::load(cursor.at[0]);  // unpacked 5-bit values, as F::unpack_interleaved
+      u[1] = simd::load(cursor.at[0] + 64);
     }
     for (int half = 0; half < 2; ++half) {
       w[half][0] = simd::splat_lane_i32<kRow>(u[half]);
@@ -455,17 +473,24 @@ void dot_rows4_quads(const RowTile& tile, int n_blocks, const QuantizedActivatio
       for (int q = 0; q < kQuads; ++q) {
         s[0][q] = s[1][q] = wasm_i32x4_mul(simd::load(quads[q].sums + 4 * b), wasm_i32x4_splat(-kOffset));
       }
-SIPLLM_NO_UNROLL
-      for (int k = 0; k < 4; ++k) {
+      // Pointers stepped, not indices: Emscripten's LLVM does no loop
+      // strength reduction, and V8 computed each address anew.
+      auto cursor = GroupCursor<F>::template first<kRow>(tile, block_offset);
+      const int8_t* xq[kQuads];
+      for (int q = 0; q < kQuads; ++q) xq[q] = quads[q].q8 + 128 * b;
+      const int8_t* const xq_end = xq[0] + 64;
+      SIPLLM_NO_UNROLL
+      for (; xq[0] != xq_end; cursor.next()) {
         v128_t w[2][2];
-        broadcast_group<F, kRow>(tile, block_offset, k, nibble_mask, sign_bits, w);
+        broadcast_group<F, kRow>(cursor, nibble_mask, sign_bits, w);
         for (int half = 0; half < 2; ++half) {
           for (int q = 0; q < kQuads; ++q) {
-            const v128_t xq = simd::load(quads[q].q8 + 128 * b + 64 * half + 16 * k);
-            s[0][q] = simd::dot_u8i8x16_add(w[half][0], xq, s[0][q]);
-            s[1][q] = simd::dot_u8i8x16_add(w[half][1], xq, s[1][q]);
+            const v128_t xv = simd::load(xq[q] + 64 * half);
+            s[0][q] = simd::dot_u8i8x16_add(w[half][0], xv, s[0][q]);
+            s[1][q] = simd::dot_u8i8x16_add(w[half][1], xv, s[1][q]);
           }
         }
+        for (const int8_t*& p : xq) p += 16;
       }
       const float* block_scales = scales + TileScales::floats_per_block<F>() * b;
       const v128_t dw4 = simd::load(block_scales);
