@@ -169,9 +169,9 @@ void quantize_activations(const float* x, int n_positions, int cols, ActivationF
       const size_t slot = p % 4;
       for (size_t b = 0; b < blocks; ++b) {
         const size_t quad_block = p / 4 * blocks + b;
+        int8_t* quad = out->q8_quads.data() + quad_block * 128;
         for (int v = 0; v < 32; v += 4) {  // runs of four values lie together in either layout
-          std::memcpy(out->q8_quads.data() + quad_block * 128 + QuantizedActivations::quad_offset(static_cast<int>(slot), v),
-                      q8 + 32 * b + v, 4);
+          std::memcpy(quad + QuantizedActivations::quad_offset(static_cast<int>(slot), v), q8 + 32 * b + v, 4);
         }
         out->d_quads[quad_block * 4 + slot] = out->d[p * blocks + b];
         out->sums_quads[quad_block * 4 + slot] = out->sums[p * blocks + b];

@@ -24,9 +24,8 @@
 // relaxed SIMD where the engine gives it, VNNI without 512-bit tiles),
 // interleaved tiles and Q8_0's take two quads of positions at once, a
 // position per lane and each row's values broadcast (dot_rows4_quads). All
-// give the same sums
-// and the same float operations. The references compute exactly this,
-// one element at a time.
+// give the same sums and the same float operations. The references compute
+// exactly this, one element at a time.
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -300,11 +299,10 @@ void unpack_blocks(const uint8_t* src, uint8_t* dst, size_t n_blocks) {
 
 // acc plus one block's terms for four rows (lane i: row i) and a position:
 // isum_i the rows' integer sums of values times activations, dw4 and mw4
-// the rows' scales and minimums, dx and sx the activations' scale and sum
-// (kOffsetTaken: isum_i holds -offset * sx already).
-template <class F, bool kOffsetTaken = false>
+// the rows' scales and minimums, dx and sx the activations' scale and sum.
+template <class F>
 v128_t add_block(v128_t acc, v128_t isum_i, v128_t dw4, v128_t mw4, float dx, int32_t sx_q) {
-  if (!kOffsetTaken && F::kOffset != 0) isum_i = wasm_i32x4_sub(isum_i, wasm_i32x4_splat(F::kOffset * sx_q));
+  if (F::kOffset != 0) isum_i = wasm_i32x4_sub(isum_i, wasm_i32x4_splat(F::kOffset * sx_q));
   const v128_t isum = wasm_f32x4_convert_i32x4(isum_i);
   v128_t term = wasm_f32x4_mul(isum, wasm_f32x4_mul(dw4, wasm_f32x4_splat(dx)));
   if (F::kHasMin) {
@@ -410,12 +408,15 @@ struct GroupCursor {
 // each half of a block, each row's four bytes in all four lanes, as unsigned
 // bytes: w[half][i] holds values 16 * half + 4k.. of row kRow + i (group k).
 // From an interleaved tile one load serves both rows; Q8_0's signed bytes are
-// shifted to unsigned (x + 128: the sign bit flipped, sign_bits).
+// shifted to unsigned (x + 128: the sign bit flipped, as simd::
+// shift_to_unsigned does, with sign_bits made once per tile).
 template <class F, int kRow>
 void broadcast_group(const GroupCursor<F>& cursor, v128_t nibble_mask, v128_t sign_bits, v128_t w[2][2]) {
   if constexpr (F::kSignedBytes) {
     for (int half = 0; half < 2; ++half) {
-      for (int i = 0; i < 2; ++i) w[half][i] = wasm_v128_xor(wasm_v128_load32_splat(cursor.at[i] + 16 * half), sign_bits);
+      for (int i = 0; i < 2; ++i) {
+        w[half][i] = wasm_v128_xor(wasm_v128_load32_splat(cursor.at[i] + 16 * half), sign_bits);
+      }
     }
   } else {
     v128_t u[2];
