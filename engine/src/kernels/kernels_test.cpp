@@ -1152,6 +1152,68 @@ TEST(KernelsAttention, MatchesReferenceAndIsBatchAndThreadInvariant) {
   }
 }
 
+TEST(KernelsAttention, OneQueryOverAnF16CacheSumsValuesAsGgmlDoes) {
+  // ggml's one-chunk flash attention, bit for bit: each head's online
+  // softmax key by key, its weighted sum of values kept in half floats,
+  // rounded after every rescaling (where the maximum rose) and every key, then
+  // divided by the sum of weights. Keys with one non-zero element and queries
+  // whose only element is a power of two make every score exact, so the
+  // expected bits come from that description alone. 84 elements per head
+  // cover every width the sums go in (64, 16, 8 and 4 at a time); 150
+  // positions cross pages of 64.
+  std::mt19937 rng(43);
+  const int head_dim = 84, n = 150;
+  const AttentionShape shape{.n_heads = 3, .n_kv_heads = 1, .head_dim = head_dim, .scale = 0.25f};
+  KvCache cache(1, head_dim, 256, KvCacheType::kF16, {}, 64);
+  cache.reserve(n);
+  std::vector<float> k(head_dim, 0.0f), v;
+  std::uniform_real_distribution<float> key(-12.0f, 12.0f);
+  for (int t = 0; t < n; ++t) {
+    k[0] = fp16_to_float(float_to_fp16(key(rng)));
+    v = random_floats(rng, head_dim);
+    cache.store(0, t, k.data(), v.data());
+  }
+  const float head_factor[3] = {1.0f, -0.5f, 2.0f};
+  std::vector<float> q(static_cast<size_t>(3 * head_dim), 0.0f);
+  for (int h = 0; h < 3; ++h) q[static_cast<size_t>(h * head_dim)] = head_factor[h];
+  const auto half = [](float x) { return fp16_to_float(float_to_fp16(x)); };
+  ThreadPool one(1);
+  std::vector<float> scratch, out(q.size());
+  for (const int pos : {0, 5, 70, 149}) {
+    attention(q.data(), 1, pos, cache, 0, shape, out.data(), one, scratch);
+    int rises = 0;
+    for (int h = 0; h < 3; ++h) {
+      float max = -INFINITY, sum = 0.0f;
+      std::vector<float> acc(head_dim, 0.0f);
+      for (int t = 0; t <= pos; ++t) {
+        const float score = head_factor[h] * fp16_to_float(cache.key<uint16_t>(0, t)[0]) * shape.scale;
+        float weight = 1.0f, rescale = 1.0f;
+        if (score > max) {
+          rescale = std::exp(max - score);
+          max = score;
+          rises += t > 0;
+        } else {
+          weight = std::exp(score - max);
+        }
+        sum = sum * rescale + weight;
+        for (int d = 0; d < head_dim; ++d) {
+          const auto i = static_cast<size_t>(d);
+          if (rescale != 1.0f) acc[i] = half(acc[i] * rescale);
+          acc[i] = half(acc[i] + fp16_to_float(cache.value<uint16_t>(0, t)[d]) * weight);
+        }
+      }
+      const float inverse = 1.0f / sum;
+      for (int d = 0; d < head_dim; ++d) {
+        const float expected = acc[static_cast<size_t>(d)] * inverse;
+        const float got = out[static_cast<size_t>(h * head_dim + d)];
+        ASSERT_EQ(std::memcmp(&got, &expected, sizeof got), 0)
+            << "position " << pos << ", head " << h << ", element " << d << ": " << got << " against " << expected;
+      }
+    }
+    if (pos == 149) EXPECT_GT(rises, 6) << "the maximum should rise after the first key now and then";
+  }
+}
+
 TEST(KernelsAttention, AnF16CacheKnowsWhetherItsHalvesAreFinite) {
   // Attention reads an F16 cache with fewer operations while it holds no
   // infinity and no NaN; a value past the largest half float becomes one.
