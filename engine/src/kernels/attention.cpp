@@ -198,9 +198,10 @@ template <int kGroup, bool kFinite>
 void weigh_values_as_ggml_f16_group(const float* weights, const float* rescales, int span, const KvCache& cache,
                                     int layer, int first, int kv_offset, int head_dim, float* out) {
   const simd::HalfRounding round_to_f16;
-  const int dim4 = head_dim & ~3, dim16 = head_dim & ~15;
+  const int dim4 = head_dim & ~3;
   int d = 0;
 #if defined(SIPLLM_WIDE_HALVES)
+  const int dim16 = head_dim & ~15;
   for (; d + 64 <= dim16; d += 64) {
     weigh_values_as_ggml_f16_chunk_wide<kGroup, 4>(weights, rescales, span, cache, layer, first, kv_offset + d, out + d,
                                                    head_dim);
@@ -480,10 +481,11 @@ void add_weighted_values(const float* const weights[kHeads], const float* values
 // the last few).
 float exp_minus_and_sum(float* x, int n, float max) {
   const v128_t max4 = wasm_f32x4_splat(max);
+  const simd::ExpF32x4 exp4;
   v128_t sum4 = wasm_f32x4_splat(0.0f);
   int t = 0;
   for (; t + 4 <= n; t += 4) {
-    const v128_t e = simd::exp_f32x4(wasm_f32x4_sub(simd::load(x + t), max4));
+    const v128_t e = exp4(wasm_f32x4_sub(simd::load(x + t), max4));
     simd::store(x + t, e);
     sum4 = wasm_f32x4_add(sum4, e);
   }
@@ -491,7 +493,7 @@ float exp_minus_and_sum(float* x, int n, float max) {
   if (t < n) {
     alignas(16) float lanes[4] = {max, max, max, max};
     std::copy(x + t, x + n, lanes);
-    simd::store(lanes, simd::exp_f32x4(wasm_f32x4_sub(simd::load(lanes), max4)));
+    simd::store(lanes, exp4(wasm_f32x4_sub(simd::load(lanes), max4)));
     for (int i = 0; t + i < n; ++i) {
       x[t + i] = lanes[i];
       sum += lanes[i];
@@ -508,7 +510,9 @@ void softmax_tile_step(float* scores, int n, const AttentionShape& shape, float*
   if (shape.softcap > 0) softcap(scores, n, shape.softcap);
   v128_t max4 = wasm_f32x4_splat(-INFINITY);
   int t = 0;
-  for (; t + 4 <= n; t += 4) max4 = wasm_f32x4_max(max4, simd::load(scores + t));
+  // pmax: one instruction where V8 takes seven for max (which orders NaNs
+  // and zeros); a NaN score leaves the head's result NaN either way.
+  for (; t + 4 <= n; t += 4) max4 = wasm_f32x4_pmax(max4, simd::load(scores + t));
   float tile_max = simd::max_f32(max4);
   for (; t < n; ++t) tile_max = std::max(tile_max, scores[t]);
   if (tile_max > state[0]) {

@@ -63,7 +63,8 @@ void softmax(float* x, int n) {
   }
   for (int i = n4; i < n; ++i) max = max < x[i] ? x[i] : max;
   const v128_t max4 = wasm_f32x4_splat(max);
-  map4(x, nullptr, n, [&](v128_t v, v128_t) { return simd::exp_f32x4(wasm_f32x4_sub(v, max4)); });
+  const simd::ExpF32x4 exp4;
+  map4(x, nullptr, n, [&](v128_t v, v128_t) { return exp4(wasm_f32x4_sub(v, max4)); });
   v128_t sum4 = wasm_f32x4_splat(0.0f);
   for (int i = 0; i < n4; i += 4) sum4 = wasm_f32x4_add(sum4, simd::load(x + i));
   float sum = simd::sum_f32(sum4);
@@ -82,8 +83,9 @@ void softmax_reference(float* x, int n) {
 
 void swiglu(float* gate, const float* up, int n) {
   const v128_t one = wasm_f32x4_splat(1.0f);
+  const simd::ExpF32x4 exp4;
   map4(gate, up, n, [&](v128_t g, v128_t u) {
-    const v128_t silu = wasm_f32x4_div(g, wasm_f32x4_add(one, simd::exp_f32x4(wasm_f32x4_neg(g))));
+    const v128_t silu = wasm_f32x4_div(g, wasm_f32x4_add(one, exp4(wasm_f32x4_neg(g))));
     return wasm_f32x4_mul(silu, u);
   });
 }
@@ -99,9 +101,9 @@ namespace {
 
 // tanh(y) = 1 - 2 / (1 + exp(2y)): exact at both ends (exp overflowing to
 // infinity gives 1, underflowing to 0 gives -1).
-v128_t tanh_f32x4(v128_t y) {
+v128_t tanh_f32x4(v128_t y, const simd::ExpF32x4& exp4) {
   const v128_t one = wasm_f32x4_splat(1.0f);
-  const v128_t e = simd::exp_f32x4(wasm_f32x4_add(y, y));
+  const v128_t e = exp4(wasm_f32x4_add(y, y));
   return wasm_f32x4_sub(one, wasm_f32x4_div(wasm_f32x4_splat(2.0f), wasm_f32x4_add(one, e)));
 }
 
@@ -119,10 +121,11 @@ void gelu_tanh_glu(float* gate, const float* up, int n) {
   const v128_t minus_2s = wasm_f32x4_splat(static_cast<float>(-2 * kSqrtTwoOverPi));
   const v128_t low = wasm_f32x4_splat(-kGeluSaturation), high = wasm_f32x4_splat(kGeluSaturation);
   const simd::HalfRounding round_to_f16;
+  const simd::ExpF32x4 exp4;
   map4(gate, up, n, [&](v128_t g, v128_t u) {
     const v128_t x = round_to_f16(g);
     const v128_t cube = wasm_f32x4_mul(wasm_f32x4_mul(x, x), x);
-    const v128_t e = simd::exp_f32x4(wasm_f32x4_mul(minus_2s, wasm_f32x4_add(x, wasm_f32x4_mul(c, cube))));
+    const v128_t e = exp4(wasm_f32x4_mul(minus_2s, wasm_f32x4_add(x, wasm_f32x4_mul(c, cube))));
     v128_t gelu = round_to_f16(wasm_f32x4_div(x, wasm_f32x4_add(one, e)));
     gelu = wasm_v128_bitselect(wasm_f32x4_splat(0.0f), gelu, wasm_f32x4_le(g, low));
     gelu = wasm_v128_bitselect(g, gelu, wasm_f32x4_ge(g, high));
@@ -148,7 +151,9 @@ void gelu_tanh_glu_reference(float* gate, const float* up, int n) {
 void softcap(float* x, int n, float cap) {
   const v128_t cap4 = wasm_f32x4_splat(cap);
   const v128_t inverse = wasm_f32x4_splat(1.0f / cap);
-  map4(x, nullptr, n, [&](v128_t v, v128_t) { return wasm_f32x4_mul(cap4, tanh_f32x4(wasm_f32x4_mul(v, inverse))); });
+  const simd::ExpF32x4 exp4;
+  map4(x, nullptr, n,
+       [&](v128_t v, v128_t) { return wasm_f32x4_mul(cap4, tanh_f32x4(wasm_f32x4_mul(v, inverse), exp4)); });
 }
 
 void softcap_reference(float* x, int n, float cap) {

@@ -857,37 +857,48 @@ class HalfRounding {
 // (below -87.3 it gives FLT_MIN; above ~88.7 it saturates to infinity; NaN
 // stays NaN).
 // Cody-Waite reduction x = n ln2 + r, then a degree-6 polynomial for e^r.
-inline v128_t exp_f32x4(v128_t x) {
-  // pmax and pmin with x first keep a NaN (a comparison with it is false,
-  // which picks x), in one instruction each; V8 takes seven for max and
-  // min, which must order NaNs and zeros whatever the operands.
-  x = wasm_f32x4_pmin(wasm_f32x4_pmax(x, wasm_f32x4_splat(-87.33654f)), wasm_f32x4_splat(88.72283f));
-  // n = x / ln 2 rounded to the nearest integer (ties to even), as a float
-  // and as an integer: adding 1.5 * 2^23 leaves it in the sum's low bits
-  // (|n| < 2^22 here), in three instructions where V8 takes six for
-  // nearest and trunc_sat.
-  const v128_t shifter = wasm_f32x4_splat(0x1.8p23f);
-  const v128_t shifted = wasm_f32x4_add(wasm_f32x4_mul(x, wasm_f32x4_splat(1.44269504088896341f)), shifter);
-  const v128_t n = wasm_f32x4_sub(shifted, shifter);
-  const v128_t ni = wasm_i32x4_sub(shifted, shifter);
-  v128_t r = wasm_f32x4_sub(x, wasm_f32x4_mul(n, wasm_f32x4_splat(0.693359375f)));
-  r = wasm_f32x4_sub(r, wasm_f32x4_mul(n, wasm_f32x4_splat(-2.12194440e-4f)));
-  v128_t p = wasm_f32x4_splat(1.9875691500e-4f);
-  p = wasm_f32x4_add(wasm_f32x4_mul(p, r), wasm_f32x4_splat(1.3981999507e-3f));
-  p = wasm_f32x4_add(wasm_f32x4_mul(p, r), wasm_f32x4_splat(8.3334519073e-3f));
-  p = wasm_f32x4_add(wasm_f32x4_mul(p, r), wasm_f32x4_splat(4.1665795894e-2f));
-  p = wasm_f32x4_add(wasm_f32x4_mul(p, r), wasm_f32x4_splat(1.6666665459e-1f));
-  p = wasm_f32x4_add(wasm_f32x4_mul(p, r), wasm_f32x4_splat(5.0000001201e-1f));
-  const v128_t r2 = wasm_f32x4_mul(r, r);
-  p = wasm_f32x4_add(wasm_f32x4_add(wasm_f32x4_mul(p, r2), r), wasm_f32x4_splat(1.0f));
-  // Scale by 2^n in two steps so that n = 128 (x near the top) and n = -126
-  // (x near the bottom) stay representable.
-  const v128_t half_n = wasm_i32x4_shr(ni, 1);
-  const v128_t scale1 = wasm_i32x4_shl(wasm_i32x4_add(half_n, wasm_i32x4_splat(127)), 23);
-  const v128_t scale2 =
-      wasm_i32x4_shl(wasm_i32x4_add(wasm_i32x4_sub(ni, half_n), wasm_i32x4_splat(127)), 23);
-  return wasm_f32x4_mul(wasm_f32x4_mul(p, scale1), scale2);
-}
+// Its fifteen constants are made once (opaque), for a loop that takes many:
+// built at each use, they were half of V8's instructions for it.
+class ExpF32x4 {
+ public:
+  v128_t operator()(v128_t x) const {
+    // pmax and pmin with x first keep a NaN (a comparison with it is false,
+    // which picks x), in one instruction each; V8 takes seven for max and
+    // min, which must order NaNs and zeros whatever the operands.
+    x = wasm_f32x4_pmin(wasm_f32x4_pmax(x, lowest_), highest_);
+    // n = x / ln 2 rounded to the nearest integer (ties to even), as a float
+    // and as an integer: adding 1.5 * 2^23 leaves it in the sum's low bits
+    // (|n| < 2^22 here), in three instructions where V8 takes six for
+    // nearest and trunc_sat.
+    const v128_t shifted = wasm_f32x4_add(wasm_f32x4_mul(x, log2e_), shifter_);
+    const v128_t n = wasm_f32x4_sub(shifted, shifter_);
+    const v128_t ni = wasm_i32x4_sub(shifted, shifter_);
+    v128_t r = wasm_f32x4_sub(x, wasm_f32x4_mul(n, ln2_high_));
+    r = wasm_f32x4_sub(r, wasm_f32x4_mul(n, ln2_low_));
+    v128_t p = poly_[0];
+    for (int i = 1; i < 6; ++i) p = wasm_f32x4_add(wasm_f32x4_mul(p, r), poly_[i]);
+    const v128_t r2 = wasm_f32x4_mul(r, r);
+    p = wasm_f32x4_add(wasm_f32x4_add(wasm_f32x4_mul(p, r2), r), one_);
+    // Scale by 2^n in two steps so that n = 128 (x near the top) and n = -126
+    // (x near the bottom) stay representable.
+    const v128_t half_n = wasm_i32x4_shr(ni, 1);
+    const v128_t scale1 = wasm_i32x4_shl(wasm_i32x4_add(half_n, bias_), 23);
+    const v128_t scale2 = wasm_i32x4_shl(wasm_i32x4_add(wasm_i32x4_sub(ni, half_n), bias_), 23);
+    return wasm_f32x4_mul(wasm_f32x4_mul(p, scale1), scale2);
+  }
+
+ private:
+  static v128_t constant(float f) { return opaque(wasm_f32x4_splat(f)); }
+  v128_t lowest_ = constant(-87.33654f), highest_ = constant(88.72283f);
+  v128_t log2e_ = constant(1.44269504088896341f), shifter_ = constant(0x1.8p23f);
+  v128_t ln2_high_ = constant(0.693359375f), ln2_low_ = constant(-2.12194440e-4f);
+  v128_t poly_[6] = {constant(1.9875691500e-4f), constant(1.3981999507e-3f), constant(8.3334519073e-3f),
+                     constant(4.1665795894e-2f), constant(1.6666665459e-1f), constant(5.0000001201e-1f)};
+  v128_t one_ = constant(1.0f);
+  v128_t bias_ = opaque(wasm_i32x4_splat(127));
+};
+
+inline v128_t exp_f32x4(v128_t x) { return ExpF32x4()(x); }
 
 // ---- Attention over a half-float cache, sixteen lanes wide (natively) --------------
 //
