@@ -857,7 +857,7 @@ class HalfRounding {
 // (below -87.3 it gives FLT_MIN; above ~88.7 it saturates to infinity; NaN
 // stays NaN).
 // Cody-Waite reduction x = n ln2 + r, then a degree-6 polynomial for e^r.
-// Its fifteen constants are made once (opaque), for a loop that takes many:
+// Its fourteen constants are made once (opaque), for a loop that takes many:
 // built at each use, they were half of V8's instructions for it.
 class ExpF32x4 {
  public:
