@@ -1157,10 +1157,10 @@ TEST(KernelsAttention, OneQueryOverAnF16CacheSumsValuesAsGgmlDoes) {
   // softmax key by key, its weighted sum of values kept in half floats,
   // rounded after every rescaling (where the maximum rose) and every key, then
   // divided by the sum of weights. Keys with one non-zero element and queries
-  // whose only element is a power of two make every score exact, so the
-  // expected bits come from that description alone. 84 elements per head
-  // cover every width the sums go in (64, 16, 8 and 4 at a time); 150
-  // positions cross pages of 64.
+  // whose only element is plus or minus a power of two make every score
+  // exact, so the expected bits come from that description alone. 84
+  // elements per head cover every width the sums go in (natively 64, 16 and 4
+  // at a time, in 128-bit builds 8 and 4); 150 positions cross pages of 64.
   std::mt19937 rng(43);
   const int head_dim = 84, n = 150;
   const AttentionShape shape{.n_heads = 3, .n_kv_heads = 1, .head_dim = head_dim, .scale = 0.25f};
