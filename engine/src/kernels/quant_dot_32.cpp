@@ -453,6 +453,13 @@ void broadcast_group(const GroupCursor<F>& cursor, v128_t nibble_mask, v128_t si
 // (50 % slower). The rows' scales come converted to floats (TileScales),
 // once per tile instead of once per quad: in WebAssembly a half float's
 // conversion is ten instructions and a branch.
+// Each pass keeps four chains of dependent dot products, fewer than the
+// instruction's latency times its throughput asks for, yet in Chromium no
+// shape with eight was faster: each half block in sums of its own, or one
+// row per lane with each of eight positions' activations broadcast from
+// memory (v128.load32_splat: a load, no shuffle) ran the Q4_0 tiles at the
+// same speed or slower (unrolled, 30-50 % slower), and so did the latter
+// without its per-block float work: the bound is the loop V8 makes.
 template <class F, int kQuads>
 void dot_rows4_quads(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0, const float* scales,
                      v128_t acc[4 * kQuads]) {
