@@ -35,7 +35,21 @@ TensorSpec fused(std::string name, Dim cols, Dim rows, std::vector<TensorSpec::R
   return spec;
 }
 
+// The same spec, held only by layers of `kind`.
+TensorSpec in(LayerKind kind, TensorSpec spec) {
+  spec.layers = TensorSpec::only(kind);
+  return spec;
+}
+
+// A float array of more than one dimension (a convolution's taps).
+TensorSpec floats(std::string name, std::vector<Dim> shape, const float* UnitWeights::*slot) {
+  TensorSpec spec = vector(std::move(name), shape[0], slot);
+  spec.shape = std::move(shape);
+  return spec;
+}
+
 using W = UnitWeights;
+constexpr LayerKind kAttention = LayerKind::kAttention;
 
 const TensorSpec kAttnNorm = vector("attn_norm.weight", Dim::kEmbd, &W::attn_norm);
 const TensorSpec kAttnQ = matrix("attn_q.weight", Dim::kEmbd, Dim::kQ, &W::attn_q);
@@ -58,6 +72,38 @@ const TensorSpec kFfnGateUp = fused("ffn_up.weight", Dim::kEmbd, Dim::kFf2,
                                     {{&W::ffn_gate, Dim::kFf}, {&W::ffn_up, Dim::kFf}});
 const TensorSpec kFfnDown = matrix("ffn_down.weight", Dim::kFf, Dim::kEmbd, &W::ffn_down);
 const TensorSpec kPostFfwNorm = vector("post_ffw_norm.weight", Dim::kEmbd, &W::post_ffw_norm);
+
+// Qwen3.5's gated DeltaNet layers, and its attention layers' query with an
+// output gate beside each head.
+const std::vector<TensorSpec> kDeltaNet = {
+    in(LayerKind::kDeltaNet, matrix("attn_qkv.weight", Dim::kEmbd, Dim::kSsmQkv, &W::ssm_qkv)),
+    in(LayerKind::kDeltaNet, matrix("attn_gate.weight", Dim::kEmbd, Dim::kSsmInner, &W::ssm_gate)),
+    in(LayerKind::kDeltaNet, floats("ssm_conv1d.weight", {Dim::kConvKernel, Dim::kSsmQkv}, &W::conv_weight)),
+    in(LayerKind::kDeltaNet, vector("ssm_dt.bias", Dim::kSsmHeads, &W::ssm_dt_bias)),
+    in(LayerKind::kDeltaNet, vector("ssm_a", Dim::kSsmHeads, &W::ssm_a)),
+    in(LayerKind::kDeltaNet, matrix("ssm_beta.weight", Dim::kEmbd, Dim::kSsmHeads, &W::ssm_beta)),
+    in(LayerKind::kDeltaNet, matrix("ssm_alpha.weight", Dim::kEmbd, Dim::kSsmHeads, &W::ssm_alpha)),
+    in(LayerKind::kDeltaNet, vector("ssm_norm.weight", Dim::kSsmHeadV, &W::ssm_norm)),
+    in(LayerKind::kDeltaNet, matrix("ssm_out.weight", Dim::kSsmInner, Dim::kEmbd, &W::ssm_out)),
+};
+const TensorSpec kAttnQGated = matrix("attn_q.weight", Dim::kEmbd, Dim::kQGated, &W::attn_q);
+
+// LFM2's short-convolution layers.
+const std::vector<TensorSpec> kShortConv = {
+    in(LayerKind::kShortConv, floats("shortconv.conv.weight", {Dim::kConvKernel, Dim::kEmbd}, &W::conv_weight)),
+    in(LayerKind::kShortConv, matrix("shortconv.in_proj.weight", Dim::kEmbd, Dim::kEmbd3, &W::conv_in)),
+    in(LayerKind::kShortConv, matrix("shortconv.out_proj.weight", Dim::kEmbd, Dim::kEmbd, &W::conv_out)),
+};
+
+// Specs for the attention layers only, then the ones every layer has, then
+// the recurrent layers'.
+std::vector<TensorSpec> hybrid_block(std::vector<TensorSpec> attention, std::vector<TensorSpec> every_layer,
+                                     const std::vector<TensorSpec>& recurrent) {
+  for (TensorSpec& spec : attention) spec = in(kAttention, std::move(spec));
+  attention.insert(attention.end(), every_layer.begin(), every_layer.end());
+  attention.insert(attention.end(), recurrent.begin(), recurrent.end());
+  return attention;
+}
 
 // Gemma's query scale is 1/sqrt(head_dim), except for the 27B models
 // (46 layers in Gemma 2, 62 in Gemma 3), which use 1/sqrt(dim / n_heads).
@@ -114,6 +160,28 @@ std::vector<Family> make_families() {
           .block = {kAttnNorm, kAttnQkv, kAttnOutput, kFfnNorm, kFfnGateUp, kFfnDown},
           .rope_style = RopeStyle::kNeox,
           .rope_factors = RopeFactors::kLongShort,
+      },
+      {
+          .architecture = "qwen35",
+          // post_attention_norm is the feed-forward's norm.
+          .block = hybrid_block({kAttnQGated, kAttnK, kAttnV, kAttnQNorm, kAttnKNorm, kAttnOutput},
+                                {kAttnNorm, vector("post_attention_norm.weight", Dim::kEmbd, &W::ffn_norm),
+                                 kFfnGate, kFfnUp, kFfnDown},
+                                kDeltaNet),
+          .rope_style = RopeStyle::kNeox,
+          .hybrid = HybridLayers::kFullAttentionInterval,
+          .recurrent_kind = LayerKind::kDeltaNet,
+          .attention_output_gate = true,
+          .unused_tensors = {"mtp.", ".nextn."},
+      },
+      {
+          .architecture = "lfm2",
+          .block = hybrid_block({kAttnQ, kAttnK, kAttnV, kAttnQNorm, kAttnKNorm, kAttnOutput},
+                                {kAttnNorm, kFfnNorm, kFfnGate, kFfnUp, kFfnDown}, kShortConv),
+          .rope_style = RopeStyle::kNeox,
+          .hybrid = HybridLayers::kZeroKvHeads,
+          .recurrent_kind = LayerKind::kShortConv,
+          .output_norm = "token_embd_norm.weight",
       },
       {
           .architecture = "smollm3",

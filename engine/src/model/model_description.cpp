@@ -105,7 +105,24 @@ ModelShape read_shape(const GgufFile& file, const Family& family, int context_le
   }
   s.hidden_dim = keys.size("feed_forward_length");
   s.n_heads = keys.size("attention.head_count");
-  s.n_kv_heads = keys.size("attention.head_count_kv", s.n_heads);
+  if (family.hybrid == HybridLayers::kZeroKvHeads) {
+    // One count per layer, 0 for the recurrent ones; the attention layers
+    // must agree.
+    const GgufValue& counts = file.require_array(keys.key("attention.head_count_kv"), GgufType::kInt32);
+    if (counts.array_size() != static_cast<uint64_t>(s.n_layers)) {
+      format_error(keys.key("attention.head_count_kv") + " has " + std::to_string(counts.array_size()) +
+                   " entries for " + std::to_string(s.n_layers) + " layers");
+    }
+    for (int64_t c : counts.integers) {
+      if (c < 0 || c > (1 << 20) || (c > 0 && s.n_kv_heads > 0 && c != s.n_kv_heads)) {
+        unsupported(keys.key("attention.head_count_kv") + " gives the attention layers different head counts");
+      }
+      if (c > 0) s.n_kv_heads = static_cast<int>(c);
+    }
+    if (s.n_kv_heads == 0) s.n_kv_heads = s.n_heads;  // no attention layer at all
+  } else {
+    s.n_kv_heads = keys.size("attention.head_count_kv", s.n_heads);
+  }
   s.trained_context_length = keys.size("context_length");
   s.rms_eps = keys.positive("attention.layer_norm_rms_epsilon");
   if (s.n_heads % s.n_kv_heads != 0) {
@@ -120,6 +137,31 @@ ModelShape read_shape(const GgufFile& file, const Family& family, int context_le
   s.head_dim = keys.size("attention.key_length", s.dim / std::max(1, s.n_heads));
   if (keys.size("attention.value_length", s.head_dim) != s.head_dim) {
     unsupported(keys.key("attention.value_length") + " differs from attention.key_length");
+  }
+  // Recurrent layers.
+  if (family.recurrent_kind == LayerKind::kDeltaNet) {
+    s.conv_kernel = keys.size("ssm.conv_kernel");
+    s.ssm_head_k = keys.size("ssm.state_size");
+    s.ssm_key_heads = keys.size("ssm.group_count");
+    s.ssm_value_heads = keys.size("ssm.time_step_rank");
+    s.ssm_inner = keys.size("ssm.inner_size");
+    if (s.ssm_inner % s.ssm_value_heads != 0 || s.ssm_value_heads % s.ssm_key_heads != 0) {
+      format_error(keys.key("ssm.inner_size") + " " + std::to_string(s.ssm_inner) + " must split evenly into " +
+                   keys.key("ssm.time_step_rank") + " " + std::to_string(s.ssm_value_heads) +
+                   " value heads, a multiple of " + keys.key("ssm.group_count") + " " +
+                   std::to_string(s.ssm_key_heads) + " key heads");
+    }
+    if (s.ssm_head_k > kMaxStateHead || s.ssm_head_v() > kMaxStateHead) {
+      unsupported("DeltaNet heads of " + std::to_string(s.ssm_head_k) + " (" + keys.key("ssm.state_size") +
+                  ") and " + std::to_string(s.ssm_head_v()) + " values: at most " + std::to_string(kMaxStateHead));
+    }
+  } else if (family.recurrent_kind == LayerKind::kShortConv) {
+    s.conv_kernel = keys.size("shortconv.l_cache");
+  }
+  if (s.conv_kernel > kMaxConvKernel) {
+    format_error("a convolution of " + std::to_string(s.conv_kernel) + " positions (" +
+                 keys.key(family.recurrent_kind == LayerKind::kDeltaNet ? "ssm.conv_kernel" : "shortconv.l_cache") +
+                 ") is more than the " + std::to_string(kMaxConvKernel) + " this engine supports");
   }
   if (file.get_uint(keys.key("expert_count"), 0) > 0) {
     unsupported("mixture-of-experts models (" + keys.key("expert_count") + ") are not supported");
@@ -178,16 +220,37 @@ ModelShape read_shape(const GgufFile& file, const Family& family, int context_le
   return s;
 }
 
-// Layer il's variant: whether it slides, which rotary setup it uses.
-void describe_layers(const Family& family, ModelDescription& d) {
+// Layer il's variant: what kind it is, whether it slides, which rotary setup
+// it uses, what it keeps per sequence.
+void describe_layers(const GgufFile& file, const Family& family, ModelDescription& d) {
   const ModelShape& s = d.shape;
+  const KeyReader keys(file, family.architecture);
+  int full_attention_interval = 0;
+  const GgufValue* kv_heads = nullptr;
+  if (family.hybrid == HybridLayers::kFullAttentionInterval) {
+    full_attention_interval = keys.size("full_attention_interval", 4);  // llama.cpp's default
+  } else if (family.hybrid == HybridLayers::kZeroKvHeads) {
+    kv_heads = &file.require_array(keys.key("attention.head_count_kv"), GgufType::kInt32);
+  }
   const RotarySetup global{s.rope_freq_base, s.rope_freq_scale};
   const RotarySetup local{s.local_rope_freq_base, 1.0f};
   for (int il = 0; il < s.n_layers; ++il) {
     LayerShape layer;
+    bool attends = true;
+    if (full_attention_interval > 0) attends = (il + 1) % full_attention_interval == 0;
+    if (kv_heads != nullptr) attends = kv_heads->integers[static_cast<size_t>(il)] > 0;
+    layer.kind = attends ? LayerKind::kAttention : family.recurrent_kind;
+    switch (layer.kind) {
+      case LayerKind::kAttention: layer.kv_dim = s.kv_dim(); break;
+      case LayerKind::kDeltaNet:
+        layer.conv_state = (s.conv_kernel - 1) * s.ssm_qkv();
+        layer.matrix_state = s.ssm_value_heads * s.ssm_head_k * s.ssm_head_v();
+        break;
+      case LayerKind::kShortConv: layer.conv_state = (s.conv_kernel - 1) * s.dim; break;
+    }
     const int pattern = family.sliding_window_pattern;
-    layer.sliding_window = s.sliding_window > 0 && pattern > 0 && il % pattern < pattern - 1;
-    const bool rotates = family.no_rope_every == 0 || (il + 1) % family.no_rope_every != 0;
+    layer.sliding_window = attends && s.sliding_window > 0 && pattern > 0 && il % pattern < pattern - 1;
+    const bool rotates = attends && (family.no_rope_every == 0 || (il + 1) % family.no_rope_every != 0);
     if (!rotates) {
       layer.rotary = -1;
     } else {
@@ -291,8 +354,25 @@ uint64_t ModelShape::size(Dim d) const {
     case Dim::kFf: return static_cast<uint64_t>(hidden_dim);
     case Dim::kFf2: return 2 * static_cast<uint64_t>(hidden_dim);
     case Dim::kVocab: return static_cast<uint64_t>(n_vocab);
+    case Dim::kQGated: return 2 * static_cast<uint64_t>(q_dim());
+    case Dim::kConvKernel: return static_cast<uint64_t>(conv_kernel);
+    case Dim::kEmbd3: return 3 * static_cast<uint64_t>(dim);
+    case Dim::kSsmQkv: return static_cast<uint64_t>(ssm_qkv());
+    case Dim::kSsmInner: return static_cast<uint64_t>(ssm_inner);
+    case Dim::kSsmHeads: return static_cast<uint64_t>(ssm_value_heads);
+    case Dim::kSsmHeadV: return static_cast<uint64_t>(ssm_head_v());
   }
   return 0;
+}
+
+bool ModelDescription::has_recurrent_state() const {
+  return std::any_of(layers.begin(), layers.end(), [](const LayerShape& l) { return l.kind != LayerKind::kAttention; });
+}
+
+std::vector<int> ModelDescription::layer_kv_dims() const {
+  std::vector<int> dims;
+  for (const LayerShape& l : layers) dims.push_back(l.kv_dim);
+  return dims;
 }
 
 uint64_t ModelDescription::weight_bytes() const {
@@ -370,7 +450,7 @@ ModelDescription describe_model(const GgufFile& file, int context_length) {
   if (embd->dims[1] == 0 || embd->dims[1] > (1u << 30)) format_error("tensor 'token_embd.weight' has no usable rows");
   s.n_vocab = static_cast<int>(embd->dims[1]);
   d.token_embd = check_shape(embd, {s.size(Dim::kEmbd), s.size(Dim::kVocab)});
-  describe_layers(family, d);
+  describe_layers(file, family, d);
 
   TensorFinder tensors(file, s);
   tensors.mark_used("token_embd.weight");
@@ -398,7 +478,9 @@ ModelDescription describe_model(const GgufFile& file, int context_length) {
   for (int l = 0; l < s.n_layers; ++l) {
     UnitTensors unit;
     unit.name = "block " + std::to_string(l);
+    const uint8_t kind = TensorSpec::only(d.layers[static_cast<size_t>(l)].kind);
     for (const TensorSpec& spec : family.block) {
+      if ((spec.layers & kind) == 0) continue;  // refused below if the file has it
       const GgufTensorInfo* t = tensors.find("blk." + std::to_string(l) + "." + spec.name, spec);
       if (t == nullptr) continue;
       unit.tensors.push_back(whole(t, &spec));
@@ -408,7 +490,7 @@ ModelDescription describe_model(const GgufFile& file, int context_length) {
     d.units.push_back(std::move(unit));
   }
 
-  const GgufTensorInfo* output_norm = tensors.find(output_norm_spec().name, output_norm_spec());
+  const GgufTensorInfo* output_norm = tensors.find(family.output_norm, output_norm_spec());
   TensorSpec optional_output = output_spec();
   optional_output.required = false;
   const GgufTensorInfo* output = tensors.find(output_spec().name, optional_output);
@@ -427,6 +509,11 @@ ModelDescription describe_model(const GgufFile& file, int context_length) {
     piece.tensors.push_back(TensorSlice{output, &output_spec(), first, rows});
     for (const TensorSlice& t : piece.tensors) piece.bytes += t.bytes();
     d.units.push_back(std::move(piece));
+  }
+  for (const GgufTensorInfo& t : file.tensors()) {
+    for (const std::string& part : family.unused_tensors) {
+      if (t.name.find(part) != std::string::npos) tensors.mark_used(t.name);
+    }
   }
   tensors.refuse_unused(d.architecture);
   return d;

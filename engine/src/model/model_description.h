@@ -21,6 +21,22 @@ namespace sipllm {
 // The gated feed-forward: down(act(gate(x)) * up(x)).
 enum class FeedForward { kSwiGlu, kGeluTanh };
 
+// What mixes positions in a layer: attention over the KV cache, or a
+// recurrence whose state is a fixed size per sequence.
+enum class LayerKind : uint8_t {
+  kAttention,
+  kDeltaNet,   // gated delta rule (Qwen3.5's linear attention)
+  kShortConv,  // gated short causal convolution (LFM2)
+};
+
+// Which layers of a hybrid family are attention layers; the others are the
+// family's `recurrent_kind`.
+enum class HybridLayers {
+  kNone,                   // every layer attends
+  kFullAttentionInterval,  // layer il attends when (il + 1) % full_attention_interval == 0 (Qwen3.5)
+  kZeroKvHeads,            // layer il attends when the head_count_kv array gives it heads (LFM2)
+};
+
 // Per-pair rotary frequency divisors a family may carry as tensors.
 enum class RopeFactors {
   kNone,
@@ -38,6 +54,13 @@ enum class Dim {
   kFf,       // feed_forward_length
   kFf2,      // 2 * feed_forward_length (gate and up fused)
   kVocab,
+  kQGated,   // 2 * kQ: each head's query, then its output gate (Qwen3.5)
+  kConvKernel,  // ssm.conv_kernel or shortconv.l_cache
+  kEmbd3,       // 3 * embedding_length (LFM2's B, C and x)
+  kSsmQkv,      // DeltaNet's fused q, k, v: 2 * kSsmKeys + kSsmInner
+  kSsmInner,    // ssm.inner_size: value heads * value head size
+  kSsmHeads,    // ssm.time_step_rank: value heads
+  kSsmHeadV,    // value head size
 };
 
 // One tensor a unit may hold, and where it lands in UnitWeights: a float
@@ -48,9 +71,14 @@ struct TensorSpec {
     WeightMatrix UnitWeights::*matrix;
     Dim rows;
   };
+  // Bits of the LayerKinds whose layers hold the tensor.
+  static constexpr uint8_t kAllLayers = 0xff;
+  static constexpr uint8_t only(LayerKind kind) { return static_cast<uint8_t>(1u << static_cast<unsigned>(kind)); }
+
   std::string name;         // after "blk.N." for block tensors
   std::vector<Dim> shape;   // GGUF order: the row length first
   bool required = true;
+  uint8_t layers = kAllLayers;
   const float* UnitWeights::*vector = nullptr;
   std::vector<RowRange> matrices;
 
@@ -83,7 +111,24 @@ struct Family {
   int no_rope_every = 0;
   // The scale of query . key; nullptr: 1 / sqrt(head_dim).
   float (*attention_scale)(const ModelShape& shape) = nullptr;
+  // Hybrid families: which layers attend, and what the others are.
+  HybridLayers hybrid = HybridLayers::kNone;
+  LayerKind recurrent_kind = LayerKind::kAttention;
+  // attn_q gives each head's query followed by as many gate values; the
+  // attention's output is multiplied by their sigmoid (Qwen3.5).
+  bool attention_output_gate = false;
+  // The final norm's tensor (LFM2 calls it token_embd_norm).
+  std::string output_norm = "output_norm.weight";
+  // Tensors llama.cpp loads but does not run for text generation (Qwen3.5's
+  // next-token prediction block), by a part of their names: accepted in a
+  // file and never read.
+  std::vector<std::string> unused_tensors = {};
 };
+
+// Limits of the recurrent layers: a DeltaNet head's size, a convolution's
+// length.
+constexpr int kMaxStateHead = 256;
+constexpr int kMaxConvKernel = 16;
 
 // Every family the engine runs, and one by name (nullptr when unknown).
 const std::vector<Family>& supported_families();
@@ -110,12 +155,23 @@ struct ModelShape {
   float attn_softcap = 0;          // 0: off
   float final_softcap = 0;         // 0: off
   float attention_scale = 0;
+  // Recurrent layers: the convolution's length (DeltaNet's ssm.conv_kernel,
+  // LFM2's shortconv.l_cache) and DeltaNet's heads: ssm.group_count key
+  // heads of ssm.state_size, ssm.time_step_rank value heads sharing
+  // ssm.inner_size.
+  int conv_kernel = 0;
+  int ssm_key_heads = 0;
+  int ssm_head_k = 0;
+  int ssm_value_heads = 0;
+  int ssm_inner = 0;
   // {arch}.pooling_type, llama.cpp's llama_pooling_type: 0 none (or absent),
   // 1 mean, 2 CLS, 3 last, 4 rank.
   int pooling_type = 0;
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
+  int ssm_head_v() const { return ssm_value_heads == 0 ? 0 : ssm_inner / ssm_value_heads; }
+  int ssm_qkv() const { return 2 * ssm_key_heads * ssm_head_k + ssm_inner; }
   uint64_t size(Dim d) const;
 };
 
@@ -128,8 +184,14 @@ struct RotarySetup {
 };
 
 struct LayerShape {
+  LayerKind kind = LayerKind::kAttention;
   bool sliding_window = false;  // sees only the last shape.sliding_window positions
   int rotary = 0;               // index into ModelDescription::rotary; -1: no rotary embedding
+  int kv_dim = 0;               // floats of a position's key (and value) in the cache; 0: none
+  // Floats of a sequence's recurrent state: the convolution's last
+  // conv_kernel - 1 inputs, and DeltaNet's state matrices; 0: none.
+  int conv_state = 0;
+  int matrix_state = 0;
 };
 
 // A tensor, or a run of whole rows of one, that a unit reads.
@@ -169,6 +231,11 @@ struct ModelDescription {
   std::vector<UnitTensors> units;
   bool tied_output = false;
   uint64_t head_rows_per_piece = 0;
+
+  // Whether any layer keeps a recurrent state (which cannot be cut back to
+  // an earlier position as the KV cache can).
+  bool has_recurrent_state() const;
+  std::vector<int> layer_kv_dims() const;
 
   int first_head_unit() const { return shape.n_layers; }
   int n_units() const { return static_cast<int>(units.size()); }

@@ -71,6 +71,21 @@ struct UnitWeights {
   WeightMatrix attn_output;
   const float* post_attention_norm = nullptr;
 
+  // A recurrent layer: its causal convolution's taps (conv_kernel per
+  // channel, the last for the current position)...
+  const float* conv_weight = nullptr;
+  // ...in a DeltaNet layer (Qwen3.5) over the fused q, k, v, with the
+  // output gate z, the per-head decay (ssm_a * softplus(alpha x + dt_bias))
+  // and update strength (sigmoid(beta x)), the output's norm and projection;
+  WeightMatrix ssm_qkv, ssm_gate, ssm_alpha, ssm_beta;
+  const float* ssm_dt_bias = nullptr;
+  const float* ssm_a = nullptr;
+  const float* ssm_norm = nullptr;  // one value head's worth, applied to every head
+  WeightMatrix ssm_out;
+  // ...in a short-convolution layer (LFM2), its projections in (B, C, x)
+  // and out.
+  WeightMatrix conv_in, conv_out;
+
   // Feed-forward.
   const float* ffn_norm = nullptr;
   WeightMatrix ffn_gate, ffn_up, ffn_down;

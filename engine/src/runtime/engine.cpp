@@ -13,6 +13,7 @@
 #include "runtime/kernel_warm_up.h"
 #include "runtime/kv_cache.h"
 #include "runtime/layer_loader.h"
+#include "runtime/recurrent_state.h"
 #include "model/model_description.h"
 #include "runtime/sampler.h"
 #include "text/stop_strings.h"
@@ -70,8 +71,9 @@ class EngineImpl final : public Engine {
         tokenizer_(Tokenizer::from_gguf(gguf_)),
         info_(describe(gguf_, model_, *tokenizer_)),
         transformer_(model_, loader_, pool_, prefill_chunk_),
-        cache_(model_.shape.n_layers, model_.shape.kv_dim(), model_.shape.context_length, options.kv_cache_type,
-               transformer_.kv_capacity()) {
+        cache_(model_.layer_kv_dims(), model_.shape.context_length, options.kv_cache_type,
+               transformer_.kv_capacity()),
+        state_(model_) {
     source_->header_done();
     cache_.reserve(1);
     if (tokenizer_->n_vocab() != model_.shape.n_vocab) {
@@ -247,13 +249,15 @@ class EngineImpl final : public Engine {
     // Each text gets a cache of its own, for this call only, paid from the
     // memory budget while it lasts.
     std::vector<std::unique_ptr<KvCache>> caches;
+    std::vector<std::unique_ptr<RecurrentState>> recurrent_states;
     std::vector<Transformer::Sequence> sequences;
     uint64_t claimed = 0;
     for (const std::vector<int32_t>& t : tokens) {
-      caches.push_back(std::make_unique<KvCache>(model_.shape.n_layers, model_.shape.kv_dim(), cache_.context_length(),
+      caches.push_back(std::make_unique<KvCache>(model_.layer_kv_dims(), cache_.context_length(),
                                                  options_.kv_cache_type, transformer_.kv_capacity()));
-      claimed += caches.back()->growth_bytes(static_cast<int>(t.size()));
-      sequences.push_back({t.data(), static_cast<int>(t.size()), caches.back().get()});
+      recurrent_states.push_back(std::make_unique<RecurrentState>(model_));
+      claimed += caches.back()->growth_bytes(static_cast<int>(t.size())) + recurrent_states.back()->bytes();
+      sequences.push_back({t.data(), static_cast<int>(t.size()), caches.back().get(), recurrent_states.back().get()});
     }
     begin_request();
     loader_.set_continuation(false);
@@ -322,6 +326,7 @@ class EngineImpl final : public Engine {
   void reset() override {
     cached_.clear();
     cache_.set_filled(0);
+    state_.clear(true);
   }
 
   void cancel() override {
@@ -337,7 +342,8 @@ class EngineImpl final : public Engine {
  private:
   static uint64_t working_bytes(const ModelDescription& model, const EngineOptions& options, int chunk, int threads) {
     return Transformer::working_bytes(model, chunk, threads) +
-           KvCache::first_page_bytes(model.shape.n_layers, model.shape.kv_dim(), options.kv_cache_type);
+           KvCache::first_page_bytes(model.layer_kv_dims(), options.kv_cache_type) +
+           RecurrentState::bytes_with_checkpoint(model);
   }
 
   // The largest prefill chunk, up to the option's, whose activations leave
@@ -347,6 +353,19 @@ class EngineImpl final : public Engine {
   // with compute) down to kMinOverlapChunk positions, for one buffer as far
   // as it takes.
   static int fit_prefill_chunk(const ModelDescription& model, const EngineOptions& options, int threads) {
+    int chunk = fit_prefill_chunk_to_budget(model, options, threads);
+    if (model.has_recurrent_state()) {
+      // The DeltaNet chunks of a hybrid model fall where they would in one
+      // long prefill, whatever the budget, when every prefill chunk is a
+      // whole number of them; the smallest is one of them, or the option's
+      // own chunk when smaller.
+      constexpr int kStep = Transformer::kDeltaNetChunk;
+      chunk = chunk < kStep ? std::min(options.prefill_chunk, kStep) : chunk / kStep * kStep;
+    }
+    return chunk;
+  }
+
+  static int fit_prefill_chunk_to_budget(const ModelDescription& model, const EngineOptions& options, int threads) {
     constexpr int kMinOverlapChunk = 64;
     const uint64_t budget = options.loader.memory_budget;
     if (budget == kUnlimitedBudget || budget == 0) return options.prefill_chunk;
@@ -403,13 +422,19 @@ class EngineImpl final : public Engine {
     // Layers that keep only their last positions may have lost what a
     // continuation from `common` would attend to.
     common = static_cast<size_t>(cache_.reusable_prefix(static_cast<int>(common), transformer_.attention_windows()));
+    // A recurrent state resumes only where it, or its checkpoint, was.
+    common = static_cast<size_t>(state_.resume(static_cast<int>(common)));
     cached_.resize(common);
     cache_.set_filled(static_cast<int>(common));
 
     const int n = static_cast<int>(tokens.size() - common);
     bool completed = true;
     if (options_.layer_major_prefill || all_positions) {
+      // The state before the last token, where the same prompt (or one that
+      // extends it) resumes.
+      if (n >= 2) state_.begin_checkpoint(static_cast<int>(tokens.size()) - 1);
       completed = run(tokens.data() + common, n, static_cast<int>(common), logits, all_positions);
+      if (completed && n >= 2) state_.commit_checkpoint();
     } else {
       for (int i = 0; i < n && completed; ++i) {
         completed = run(tokens.data() + common + i, 1, static_cast<int>(common) + i, logits, false);
@@ -430,18 +455,26 @@ class EngineImpl final : public Engine {
   // usable for the next request.
   bool run(const int32_t* tokens, int n, int start, std::vector<float>& logits, bool all_positions) {
     try {
-      transformer_.prefill(tokens, n, start, cache_, logits, all_positions);
+      transformer_.prefill(tokens, n, start, cache_, state_, logits, all_positions);
     } catch (const Error& e) {
-      loader_.reset();
+      failed();
       if (e.kind() == ErrorKind::kAborted && cancelled_) return false;
       throw;
     } catch (...) {
-      loader_.reset();
+      failed();
       throw;
     }
     cached_.insert(cached_.end(), tokens, tokens + n);
     cache_.set_filled(start + n);
+    state_.set_position(start + n);
     return true;
+  }
+
+  // A run that ended partway: the loader starts clean, and a recurrent
+  // state that some layers have advanced is lost.
+  void failed() {
+    loader_.reset();
+    state_.set_position(-1);
   }
 
   std::unique_ptr<WeightSource> source_;
@@ -455,6 +488,7 @@ class EngineImpl final : public Engine {
   ModelInfo info_;
   Transformer transformer_;
   KvCache cache_;
+  RecurrentState state_;
   std::vector<int32_t> cached_;
   std::atomic<bool> cancelled_{false};
   std::atomic<bool> warm_up_ended_{false};

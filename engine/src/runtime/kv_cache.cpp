@@ -10,17 +10,17 @@
 
 namespace sipllm {
 
-KvCache::KvCache(int n_layers, int kv_dim, int context_length, KvCacheType type, std::vector<int> layer_capacity,
+KvCache::KvCache(std::vector<int> layer_kv_dims, int context_length, KvCacheType type, std::vector<int> layer_capacity,
                  int page_positions)
-    : n_layers_(n_layers),
-      kv_dim_(kv_dim),
+    : n_layers_(static_cast<int>(layer_kv_dims.size())),
+      kv_dims_(std::move(layer_kv_dims)),
       context_length_(context_length),
       type_(type),
       page_positions_(page_positions),
       page_shift_(std::countr_zero(static_cast<unsigned>(page_positions))),
-      capacity_(static_cast<size_t>(n_layers), context_length),
-      keys_(static_cast<size_t>(n_layers)),
-      values_(static_cast<size_t>(n_layers)) {
+      capacity_(kv_dims_.size(), context_length),
+      keys_(kv_dims_.size()),
+      values_(kv_dims_.size()) {
   if (page_positions <= 0 || !std::has_single_bit(static_cast<unsigned>(page_positions))) {
     throw Error(ErrorKind::kInvalidArgument,
                 "KV cache pages of " + std::to_string(page_positions) + " positions: not a power of two");
@@ -36,8 +36,9 @@ void KvCache::reserve(int n_positions) {
                                              " is beyond the context length " +
                                              std::to_string(context_length_));
   }
-  const size_t page_bytes = static_cast<size_t>(page_positions_) * static_cast<size_t>(kv_dim_) * element_bytes();
   for (int l = 0; l < n_layers_; ++l) {
+    if (kv_dims_[static_cast<size_t>(l)] == 0) continue;
+    const size_t page_bytes = this->page_bytes(static_cast<size_t>(l));
     const int kept = std::min(n_positions, capacity_[static_cast<size_t>(l)]);
     const auto pages_needed = static_cast<size_t>((kept + page_positions_ - 1) / page_positions_);
     auto& k = keys_[static_cast<size_t>(l)];
@@ -49,15 +50,17 @@ void KvCache::reserve(int n_positions) {
   }
 }
 
-size_t KvCache::first_page_bytes(int n_layers, int kv_dim, KvCacheType type, int page_positions) {
-  return 2 * static_cast<size_t>(n_layers) * static_cast<size_t>(page_positions) * static_cast<size_t>(kv_dim) *
-         (type == KvCacheType::kF16 ? 2 : 4);
+size_t KvCache::first_page_bytes(const std::vector<int>& layer_kv_dims, KvCacheType type, int page_positions) {
+  size_t floats = 0;
+  for (int kv_dim : layer_kv_dims) floats += static_cast<size_t>(kv_dim);
+  return 2 * static_cast<size_t>(page_positions) * floats * (type == KvCacheType::kF16 ? 2 : 4);
 }
 
 size_t KvCache::growth_bytes(int n_positions) const {
-  const size_t page_bytes = static_cast<size_t>(page_positions_) * static_cast<size_t>(kv_dim_) * element_bytes();
   size_t bytes = 0;
   for (int l = 0; l < n_layers_; ++l) {
+    if (kv_dims_[static_cast<size_t>(l)] == 0) continue;
+    const size_t page_bytes = this->page_bytes(static_cast<size_t>(l));
     const int kept = std::min(std::min(n_positions, context_length_), capacity_[static_cast<size_t>(l)]);
     const auto pages_needed = static_cast<size_t>((kept + page_positions_ - 1) / page_positions_);
     const size_t have = keys_[static_cast<size_t>(l)].size();
@@ -67,22 +70,23 @@ size_t KvCache::growth_bytes(int n_positions) const {
 }
 
 void KvCache::store(int layer, int pos, const float* key, const float* value) {
+  const int kv_dim = kv_dims_[static_cast<size_t>(layer)];
   auto* k = const_cast<void*>(row(keys_, layer, pos, element_bytes()));
   auto* v = const_cast<void*>(row(values_, layer, pos, element_bytes()));
   if (type_ == KvCacheType::kF32) {
-    std::memcpy(k, key, static_cast<size_t>(kv_dim_) * sizeof(float));
-    std::memcpy(v, value, static_cast<size_t>(kv_dim_) * sizeof(float));
+    std::memcpy(k, key, static_cast<size_t>(kv_dim) * sizeof(float));
+    std::memcpy(v, value, static_cast<size_t>(kv_dim) * sizeof(float));
     return;
   }
   auto* k16 = static_cast<uint16_t*>(k);
   auto* v16 = static_cast<uint16_t*>(v);
-  const bool key_non_finite = floats_to_halves(key, k16, kv_dim_);
-  if (floats_to_halves(value, v16, kv_dim_) || key_non_finite) non_finite_half_.store(true, std::memory_order_relaxed);
+  const bool key_non_finite = floats_to_halves(key, k16, kv_dim);
+  if (floats_to_halves(value, v16, kv_dim) || key_non_finite) non_finite_half_.store(true, std::memory_order_relaxed);
 }
 
 int KvCache::reusable_prefix(int common, const std::vector<int>& layer_window) const {
   for (size_t l = 0; l < capacity_.size(); ++l) {
-    if (capacity_[l] >= context_length_) continue;
+    if (capacity_[l] >= context_length_ || kv_dims_[l] == 0) continue;
     // Kept: the last capacity positions written, [filled - capacity, filled).
     // Position `common` attends to [common - window + 1, common].
     const int oldest_kept = std::max(0, filled_ - capacity_[l]);
@@ -93,9 +97,9 @@ int KvCache::reusable_prefix(int common, const std::vector<int>& layer_window) c
 }
 
 size_t KvCache::allocated_bytes() const {
-  size_t pages = 0;
-  for (const auto& layer : keys_) pages += layer.size();
-  return 2 * pages * static_cast<size_t>(page_positions_) * static_cast<size_t>(kv_dim_) * element_bytes();
+  size_t bytes = 0;
+  for (size_t l = 0; l < keys_.size(); ++l) bytes += 2 * keys_[l].size() * page_bytes(l);
+  return bytes;
 }
 
 }  // namespace sipllm

@@ -26,13 +26,19 @@ class KvCache {
  public:
   static constexpr int kDefaultPagePositions = 256;
 
+  // layer_kv_dims[l]: floats of a key (and of a value) in layer l; 0: the
+  // layer keeps none (a recurrent layer of a hybrid model).
   // layer_capacity[l]: positions layer l keeps (0 or >= context_length: all).
   // page_positions: a power of two.
-  KvCache(int n_layers, int kv_dim, int context_length, KvCacheType type = KvCacheType::kF16,
+  KvCache(std::vector<int> layer_kv_dims, int context_length, KvCacheType type = KvCacheType::kF16,
           std::vector<int> layer_capacity = {}, int page_positions = kDefaultPagePositions);
+  // Every layer alike.
+  KvCache(int n_layers, int kv_dim, int context_length, KvCacheType type = KvCacheType::kF16,
+          std::vector<int> layer_capacity = {}, int page_positions = kDefaultPagePositions)
+      : KvCache(std::vector<int>(static_cast<size_t>(n_layers), kv_dim), context_length, type,
+                std::move(layer_capacity), page_positions) {}
 
   int context_length() const { return context_length_; }
-  int kv_dim() const { return kv_dim_; }
   KvCacheType type() const { return type_; }
 
   // Makes room for positions [0, n_positions). Throws if beyond the context.
@@ -40,8 +46,12 @@ class KvCache {
   // Bytes reserve(n_positions) would add.
   size_t growth_bytes(int n_positions) const;
   // Bytes of the first page of every layer (what reserve(1) allocates).
-  static size_t first_page_bytes(int n_layers, int kv_dim, KvCacheType type,
+  static size_t first_page_bytes(const std::vector<int>& layer_kv_dims, KvCacheType type,
                                  int page_positions = kDefaultPagePositions);
+  static size_t first_page_bytes(int n_layers, int kv_dim, KvCacheType type,
+                                 int page_positions = kDefaultPagePositions) {
+    return first_page_bytes(std::vector<int>(static_cast<size_t>(n_layers), kv_dim), type, page_positions);
+  }
 
   // Writes the key and value rows (kv_dim floats each) of `pos` in `layer`,
   // rounded to the cache's type.
@@ -83,12 +93,15 @@ class KvCache {
     const int s = pos < capacity_[l] ? pos : pos % capacity_[l];
     // Attention asks for every row it reads: a shift, not a division.
     return pages[l][static_cast<size_t>(s >> page_shift_)].get() +
-           static_cast<size_t>(s & (page_positions_ - 1)) * static_cast<size_t>(kv_dim_) * element_bytes;
+           static_cast<size_t>(s & (page_positions_ - 1)) * static_cast<size_t>(kv_dims_[l]) * element_bytes;
   }
   size_t element_bytes() const { return type_ == KvCacheType::kF16 ? 2 : 4; }
+  size_t page_bytes(size_t layer) const {
+    return static_cast<size_t>(page_positions_) * static_cast<size_t>(kv_dims_[layer]) * element_bytes();
+  }
 
   int n_layers_;
-  int kv_dim_;
+  std::vector<int> kv_dims_;
   int context_length_;
   KvCacheType type_;
   int page_positions_;  // a power of two

@@ -6,6 +6,7 @@
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/matmul.h"
+#include "kernels/recurrent.h"
 #include "sipllm/error.h"
 
 namespace sipllm {
@@ -14,6 +15,22 @@ namespace {
 // Elements of per-position work (norms, rope, activations) below which a
 // chunk's positions are processed on the calling thread alone.
 constexpr size_t kParallelElements = 1 << 14;
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// ggml_softplus: log(1 + e^x), x itself above 20.
+float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+// ggml_l2_norm: x / max(|x|, eps).
+void l2_normalize(float* x, int n, float eps) {
+  float sum = 0;
+  for (int i = 0; i < n; ++i) sum += x[i] * x[i];
+  scale_in_place(x, n, 1.0f / std::max(std::sqrt(sum), eps));
+}
+
+void silu_in_place(float* x, int n) {
+  for (int i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
 
 }  // namespace
 
@@ -51,10 +68,19 @@ uint64_t Transformer::working_bytes(const ModelDescription& model, int prefill_c
   const ModelShape& s = model.shape;
   const auto chunk = static_cast<uint64_t>(std::max(1, std::min(prefill_chunk, s.context_length)));
   // x, xb, proj; q, att_out; k, v; gate, up; rope tables.
-  const uint64_t floats_per_position = 3ull * s.dim + 2ull * s.q_dim() + 2ull * s.kv_dim() + 2ull * s.hidden_dim +
-                                       2ull * s.rope_dims * model.rotary.size();
+  uint64_t floats_per_position = 3ull * s.dim + 2ull * s.q_dim() + 2ull * s.kv_dim() + 2ull * s.hidden_dim +
+                                 2ull * s.rope_dims * model.rotary.size();
+  // A gated attention's query and gate; the recurrent layers' buffers.
+  if (model.family->attention_output_gate) floats_per_position += 3ull * s.q_dim();
+  int widest_mix = 0;
+  if (model.has_recurrent_state()) {
+    const uint64_t mix = std::max(s.ssm_qkv(), 3 * s.dim);
+    const uint64_t conv = std::max(s.ssm_qkv(), s.dim);
+    floats_per_position += mix + 2 * conv + 2ull * s.ssm_inner + 2ull * s.ssm_value_heads;
+    widest_mix = s.ssm_inner;
+  }
   // Both 8-bit forms of the widest input.
-  const int widest = std::max({s.dim, s.q_dim(), s.hidden_dim});
+  const int widest = std::max({s.dim, s.q_dim(), s.hidden_dim, widest_mix});
   const uint64_t quantized_per_position = quantized_bytes_per_position(ActivationFormat::kQ8_0, widest) +
                                           quantized_bytes_per_position(ActivationFormat::kQ8_K, widest);
   AttentionShape attention_shape;
@@ -81,7 +107,7 @@ std::vector<int> Transformer::kv_capacity() const {
   return capacity;
 }
 
-void Transformer::prefill(const int32_t* tokens, int n, int start_pos, KvCache& cache,
+void Transformer::prefill(const int32_t* tokens, int n, int start_pos, KvCache& cache, RecurrentState& state,
                           std::vector<float>& logits, bool all_positions) {
   const int n_layers = shape_.n_layers;
   const int n_chunks = (n + chunk_ - 1) / chunk_;
@@ -107,7 +133,7 @@ void Transformer::prefill(const int32_t* tokens, int n, int start_pos, KvCache& 
     loader_.claim(cache.growth_bytes(pos0 + m));  // may make resident weights stream instead
     cache.reserve(pos0 + m);
 
-    forward_rows(tokens + first, {Segment{0, m, pos0, &cache, n}});
+    forward_rows(tokens + first, {Segment{0, m, pos0, &cache, &state, n}});
 
     if (all_positions) {
       run_head(0, m, &logits[static_cast<size_t>(first) * vocab]);
@@ -131,6 +157,20 @@ void Transformer::forward_rows(const int32_t* tokens, const std::vector<Segment>
   proj_.resize(rows * dim);
   gate_.resize(rows * static_cast<size_t>(shape_.hidden_dim));
   up_.resize(rows * static_cast<size_t>(shape_.hidden_dim));
+  if (model_.family->attention_output_gate) {
+    q_gated_.resize(2 * rows * static_cast<size_t>(shape_.q_dim()));
+    attn_gate_.resize(rows * static_cast<size_t>(shape_.q_dim()));
+  }
+  if (model_.has_recurrent_state()) {
+    const auto conv_width = static_cast<size_t>(std::max(shape_.ssm_qkv(), shape_.dim));
+    mix_in_.resize(rows * static_cast<size_t>(std::max(shape_.ssm_qkv(), 3 * shape_.dim)));
+    conv_in_.resize(rows * conv_width);
+    conv_out_.resize(rows * conv_width);
+    ssm_z_.resize(rows * static_cast<size_t>(shape_.ssm_inner));
+    ssm_y_.resize(rows * static_cast<size_t>(shape_.ssm_inner));
+    ssm_g_.resize(rows * static_cast<size_t>(shape_.ssm_value_heads));
+    ssm_beta_.resize(rows * static_cast<size_t>(shape_.ssm_value_heads));
+  }
   const size_t table_size = 2 * static_cast<size_t>(shape_.rope_dims);
   for (size_t r = 0; r < rope_.size(); ++r) {
     rope_tables_[r].resize(rows * table_size);
@@ -176,7 +216,7 @@ void Transformer::hidden_states(const std::vector<Sequence>& sequences, std::vec
         const int n = end - begin == 1 ? std::min(chunk_rows, seq.n - first) : seq.n;
         const int from = end - begin == 1 ? first : 0;
         seq.cache->reserve(from + n);
-        segments.push_back(Segment{static_cast<int>(tokens.size()), n, from, seq.cache, seq.n});
+        segments.push_back(Segment{static_cast<int>(tokens.size()), n, from, seq.cache, seq.state, seq.n});
         tokens.insert(tokens.end(), seq.tokens + from, seq.tokens + from + n);
       }
       plan.clear();
@@ -208,20 +248,10 @@ void Transformer::for_each_position(int n, int width, const Fn& fn) {
 
 void Transformer::run_block(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments) {
   const ModelShape& s = shape_;
-  const LayerShape& this_layer = model_.layers[static_cast<size_t>(layer)];
   const int dim = s.dim;
-  const int q_dim = s.q_dim();
-  const int kv_dim = s.kv_dim();
   const int hidden = s.hidden_dim;
   const auto at = [](std::vector<float>& v, int row, int width) {
     return &v[static_cast<size_t>(row) * static_cast<size_t>(width)];
-  };
-  // Each head of `vec` normalized on its own (Qwen 3, Gemma 3's Q/K norms).
-  const auto norm_heads = [&](float* vec, int n_heads, const float* weight) {
-    for (int h = 0; h < n_heads; ++h) {
-      float* head = vec + static_cast<size_t>(h) * static_cast<size_t>(s.head_dim);
-      rmsnorm(head, head, weight, s.head_dim, s.rms_eps);
-    }
   };
   // A branch's output joins the residual stream, normalized first where the
   // family has a post-norm (Gemma).
@@ -232,10 +262,46 @@ void Transformer::run_block(int layer, const UnitWeights& w, int n, const std::v
     });
   };
 
-  // Attention.
+  // Attention, or a hybrid model's recurrence.
   for_each_position(n, dim, [&](int i) { rmsnorm(at(xb_, i, dim), at(x_, i, dim), w.attn_norm, dim, s.rms_eps); });
   activations_.reset(xb_.data(), n, dim);
-  matmul_each({{&w.attn_q, q_.data()}, {&w.attn_k, k_.data()}, {&w.attn_v, v_.data()}}, activations_, pool_);
+  switch (model_.layers[static_cast<size_t>(layer)].kind) {
+    case LayerKind::kAttention: attend(layer, w, n, segments); break;
+    case LayerKind::kDeltaNet: delta_net(layer, w, n, segments); break;
+    case LayerKind::kShortConv: short_conv(layer, w, n, segments); break;
+  }
+  add_branch(w.post_attention_norm);
+
+  // Feed-forward.
+  for_each_position(n, dim, [&](int i) { rmsnorm(at(xb_, i, dim), at(x_, i, dim), w.ffn_norm, dim, s.rms_eps); });
+  activations_.reset(xb_.data(), n, dim);
+  matmul_each({{&w.ffn_gate, gate_.data()}, {&w.ffn_up, up_.data()}}, activations_, pool_);
+  const auto activate = model_.family->feed_forward == FeedForward::kGeluTanh ? gelu_tanh_glu : swiglu;
+  for_each_position(n, hidden, [&](int i) { activate(at(gate_, i, hidden), at(up_, i, hidden), hidden); });
+  activations_.reset(gate_.data(), n, hidden);
+  matmul(w.ffn_down, activations_, proj_.data(), pool_);
+  add_branch(w.post_ffw_norm);
+}
+
+void Transformer::attend(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments) {
+  const ModelShape& s = shape_;
+  const LayerShape& this_layer = model_.layers[static_cast<size_t>(layer)];
+  const int q_dim = s.q_dim();
+  const int kv_dim = s.kv_dim();
+  const bool gated = model_.family->attention_output_gate;
+  const auto at = [](std::vector<float>& v, int row, int width) {
+    return &v[static_cast<size_t>(row) * static_cast<size_t>(width)];
+  };
+  // Each head of `vec` normalized on its own (Qwen 3, Gemma 3's Q/K norms).
+  const auto norm_heads = [&](float* vec, int n_heads, const float* weight) {
+    for (int h = 0; h < n_heads; ++h) {
+      float* head = vec + static_cast<size_t>(h) * static_cast<size_t>(s.head_dim);
+      rmsnorm(head, head, weight, s.head_dim, s.rms_eps);
+    }
+  };
+
+  matmul_each({{&w.attn_q, gated ? q_gated_.data() : q_.data()}, {&w.attn_k, k_.data()}, {&w.attn_v, v_.data()}},
+              activations_, pool_);
   // Which sequence's cache, and which position in it, each row is.
   row_slots_.resize(static_cast<size_t>(n));
   for (const Segment& seg : segments) {
@@ -245,6 +311,14 @@ void Transformer::run_block(int layer, const UnitWeights& w, int n, const std::v
     float* q = at(q_, i, q_dim);
     float* k = at(k_, i, kv_dim);
     float* v = at(v_, i, kv_dim);
+    if (gated) {  // each head's query, then its gate
+      const float* row = at(q_gated_, i, 2 * q_dim);
+      for (int h = 0; h < s.n_heads; ++h) {
+        const auto head = static_cast<size_t>(h) * static_cast<size_t>(s.head_dim);
+        std::copy_n(row + 2 * head, s.head_dim, q + head);
+        std::copy_n(row + 2 * head + s.head_dim, s.head_dim, at(attn_gate_, i, q_dim) + head);
+      }
+    }
     if (w.attn_q_bias != nullptr) add_in_place(q, w.attn_q_bias, q_dim);
     if (w.attn_k_bias != nullptr) add_in_place(k, w.attn_k_bias, kv_dim);
     if (w.attn_v_bias != nullptr) add_in_place(v, w.attn_v_bias, kv_dim);
@@ -271,19 +345,113 @@ void Transformer::run_block(int layer, const UnitWeights& w, int n, const std::v
     attention(q_.data() + offset, seg.n, seg.start_pos, *seg.cache, layer, shape, att_out_.data() + offset, pool_,
               scores_, seg.batch >= kTiledMinQueries ? AttentionPath::kTiled : AttentionPath::kOneChunk);
   }
+  if (gated) {
+    for_each_position(n, q_dim, [&](int i) {
+      float* out = at(att_out_, i, q_dim);
+      const float* gate = at(attn_gate_, i, q_dim);
+      for (int j = 0; j < q_dim; ++j) out[j] *= sigmoid(gate[j]);
+    });
+  }
   activations_.reset(att_out_.data(), n, q_dim);
   matmul(w.attn_output, activations_, proj_.data(), pool_);
-  add_branch(w.post_attention_norm);
+}
 
-  // Feed-forward.
-  for_each_position(n, dim, [&](int i) { rmsnorm(at(xb_, i, dim), at(x_, i, dim), w.ffn_norm, dim, s.rms_eps); });
-  activations_.reset(xb_.data(), n, dim);
-  matmul_each({{&w.ffn_gate, gate_.data()}, {&w.ffn_up, up_.data()}}, activations_, pool_);
-  const auto activate = model_.family->feed_forward == FeedForward::kGeluTanh ? gelu_tanh_glu : swiglu;
-  for_each_position(n, hidden, [&](int i) { activate(at(gate_, i, hidden), at(up_, i, hidden), hidden); });
-  activations_.reset(gate_.data(), n, hidden);
-  matmul(w.ffn_down, activations_, proj_.data(), pool_);
-  add_branch(w.post_ffw_norm);
+template <class Run>
+void Transformer::run_recurrence(int layer, const std::vector<Segment>& segments, const Run& run) {
+  for (const Segment& seg : segments) {
+    RecurrentState& state = *seg.state;
+    const int split = state.pending_checkpoint() - seg.start_pos;
+    if (split < 0 || split >= seg.n) {
+      run(seg.first_row, seg.n, state);
+      continue;
+    }
+    if (split > 0) run(seg.first_row, split, state);
+    state.snapshot_layer(layer);
+    run(seg.first_row + split, seg.n - split, state);
+  }
+}
+
+void Transformer::delta_net(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments) {
+  const ModelShape& s = shape_;
+  const int qkv_dim = s.ssm_qkv();
+  const int heads = s.ssm_value_heads;
+  const int inner = s.ssm_inner;
+  const int head_v = s.ssm_head_v();
+  const int keys = s.ssm_key_heads * s.ssm_head_k;
+  const auto at = [](std::vector<float>& v, int row, int width) {
+    return &v[static_cast<size_t>(row) * static_cast<size_t>(width)];
+  };
+  matmul_each({{&w.ssm_qkv, mix_in_.data()}, {&w.ssm_gate, ssm_z_.data()}, {&w.ssm_alpha, ssm_g_.data()},
+               {&w.ssm_beta, ssm_beta_.data()}},
+              activations_, pool_);
+  // Per value head: the log-decay a * softplus(alpha x + dt_bias) and the
+  // update's strength sigmoid(beta x).
+  for (int i = 0; i < n; ++i) {
+    float* g = at(ssm_g_, i, heads);
+    float* beta = at(ssm_beta_, i, heads);
+    for (int h = 0; h < heads; ++h) {
+      g[h] = w.ssm_a[h] * softplus(g[h] + w.ssm_dt_bias[h]);
+      beta[h] = sigmoid(beta[h]);
+    }
+  }
+  DeltaNetShape shape;
+  shape.key_heads = s.ssm_key_heads;
+  shape.head_k = s.ssm_head_k;
+  shape.value_heads = heads;
+  shape.head_v = head_v;
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(s.ssm_head_k));
+  run_recurrence(layer, segments, [&](int first, int count, RecurrentState& state) {
+    // The causal convolution over q, k and v, SiLU; q and k L2-normed per head.
+    causal_conv(at(mix_in_, first, qkv_dim), count, qkv_dim, s.conv_kernel, w.conv_weight, state.conv(layer),
+                at(conv_out_, first, qkv_dim), pool_);
+    for_each_position(count, qkv_dim, [&](int i) {
+      float* row = at(conv_out_, first + i, qkv_dim);
+      silu_in_place(row, qkv_dim);
+      for (int h = 0; h < 2 * s.ssm_key_heads; ++h) {
+        l2_normalize(row + static_cast<size_t>(h) * static_cast<size_t>(s.ssm_head_k), s.ssm_head_k, s.rms_eps);
+      }
+      scale_in_place(row, keys, q_scale);
+    });
+    delta_net_chunked(at(conv_out_, first, qkv_dim), at(ssm_g_, first, heads), at(ssm_beta_, first, heads), count,
+                      shape, kDeltaNetChunk, state.matrices(layer), at(ssm_y_, first, inner), pool_);
+  });
+  // Each head's output normalized, gated by silu(z), projected.
+  for_each_position(n, inner, [&](int i) {
+    float* y = at(ssm_y_, i, inner);
+    float* z = at(ssm_z_, i, inner);
+    for (int h = 0; h < heads; ++h) {
+      float* head = y + static_cast<size_t>(h) * static_cast<size_t>(head_v);
+      rmsnorm(head, head, w.ssm_norm, head_v, s.rms_eps);
+    }
+    swiglu(z, y, inner);  // silu(z) * y
+  });
+  activations_.reset(ssm_z_.data(), n, inner);
+  matmul(w.ssm_out, activations_, proj_.data(), pool_);
+}
+
+void Transformer::short_conv(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments) {
+  const int dim = shape_.dim;
+  const auto at = [](std::vector<float>& v, int row, int width) {
+    return &v[static_cast<size_t>(row) * static_cast<size_t>(width)];
+  };
+  // B, C and x; the convolution runs over B * x and its output is gated by C.
+  matmul(w.conv_in, activations_, mix_in_.data(), pool_);
+  for_each_position(n, dim, [&](int i) {
+    const float* bcx = at(mix_in_, i, 3 * dim);
+    float* bx = at(conv_in_, i, dim);
+    for (int c = 0; c < dim; ++c) bx[c] = bcx[c] * bcx[2 * dim + c];
+  });
+  run_recurrence(layer, segments, [&](int first, int count, RecurrentState& state) {
+    causal_conv(at(conv_in_, first, dim), count, dim, shape_.conv_kernel, w.conv_weight, state.conv(layer),
+                at(conv_out_, first, dim), pool_);
+  });
+  for_each_position(n, dim, [&](int i) {
+    const float* c_gate = at(mix_in_, i, 3 * dim) + dim;
+    float* y = at(conv_out_, i, dim);
+    for (int c = 0; c < dim; ++c) y[c] *= c_gate[c];
+  });
+  activations_.reset(conv_out_.data(), n, dim);
+  matmul(w.conv_out, activations_, proj_.data(), pool_);
 }
 
 void Transformer::run_head(int first, int count, float* logits) {

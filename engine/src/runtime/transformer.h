@@ -21,6 +21,7 @@
 #include "model/model_description.h"
 #include "runtime/kv_cache.h"
 #include "runtime/layer_loader.h"
+#include "runtime/recurrent_state.h"
 #include "runtime/thread_pool.h"
 
 namespace sipllm {
@@ -30,19 +31,26 @@ class Transformer {
   // Reads the model's rope factors (a few floats) through the loader.
   Transformer(const ModelDescription& model, LayerLoader& loader, ThreadPool& pool, int prefill_chunk);
 
+  // Positions a DeltaNet layer's prefill takes together (the chunked form
+  // of the gated delta rule). A hybrid model's prefill chunk is a multiple
+  // of it, so that the chunks fall at the same places whatever the budget.
+  static constexpr int kDeltaNetChunk = 64;
+
   // Runs tokens[0..n) at positions start_pos.. through the model, writing
-  // their keys and values into `cache`. Fills `logits` with the last
-  // position's logits, or with every position's (row after row) when
-  // all_positions is set.
-  void prefill(const int32_t* tokens, int n, int start_pos, KvCache& cache,
+  // their keys and values into `cache` and folding them into `state`
+  // (which must be at start_pos; a checkpoint it has pending is taken on the
+  // way). Fills `logits` with the last position's logits, or with every
+  // position's (row after row) when all_positions is set.
+  void prefill(const int32_t* tokens, int n, int start_pos, KvCache& cache, RecurrentState& state,
                std::vector<float>& logits, bool all_positions);
 
-  // A sequence of its own (its own KV cache, from position 0) whose final
-  // hidden states are wanted.
+  // A sequence of its own (its own KV cache and recurrent state, from
+  // position 0) whose final hidden states are wanted.
   struct Sequence {
     const int32_t* tokens;
     int n;
     KvCache* cache;
+    RecurrentState* state;
   };
   // The final norm's output (what the output head reads) for every position
   // of every sequence, row after row. The sequences run together, layer by
@@ -74,11 +82,23 @@ class Transformer {
     int n;
     int start_pos;
     KvCache* cache;
+    RecurrentState* state;
     int batch;
   };
   // Embeds the batch's tokens and runs every block over it.
   void forward_rows(const int32_t* tokens, const std::vector<Segment>& segments);
   void run_block(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments);
+  // What mixes the positions of a block (its input normalized in xb_ and
+  // quantized in activations_, its output left in proj_): attention, or
+  // one of the recurrences of hybrid models.
+  void attend(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments);
+  void delta_net(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments);
+  void short_conv(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments);
+  // Calls run(first_row, count, state) over each segment's rows; in two runs
+  // where the segment passes its state's pending checkpoint, which takes
+  // the layer's state between them.
+  template <class Run>
+  void run_recurrence(int layer, const std::vector<Segment>& segments, const Run& run);
   // Calls fn(i) for each position i < n of the chunk, spread over the pool
   // when the chunk is long enough to pay for it.
   template <class Fn>
@@ -97,6 +117,11 @@ class Transformer {
 
   // Activations for one chunk of positions, row-major [position][feature].
   std::vector<float> x_, xb_, q_, k_, v_, att_out_, proj_, gate_, up_;
+  std::vector<float> q_gated_, attn_gate_;  // a gated attention's query with its gate, the gate
+  // The recurrent layers': the input projection (DeltaNet's q, k, v; LFM2's
+  // B, C, x), the convolution's input and output, DeltaNet's output gate,
+  // log-decay and strength per head, its output.
+  std::vector<float> mix_in_, conv_in_, conv_out_, ssm_z_, ssm_g_, ssm_beta_, ssm_y_;
   // Per rotary setup, per position: see rope_table().
   std::vector<std::vector<float>> rope_tables_;
   Activations activations_;    // the current matmul input, quantized once for all its users
