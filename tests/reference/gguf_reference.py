@@ -3,17 +3,22 @@
 
 Reads the GGUF file itself, dequantises the weights and runs a plain
 token-at-a-time forward pass in float64 (or float32 with --float32) for the
-llama, smollm3, qwen2, qwen3, gemma2, gemma3 and phi3 families, each as
-llama.cpp computes it.  It shares no code with the engine, so the engine's
-logits can be checked against it.  Needs only Python 3 and numpy.
+llama, smollm3, qwen2, qwen3, gemma2, gemma3 and phi3 families, and a
+layer-by-layer pass over the prompt for the hybrid qwen35 (gated DeltaNet +
+gated attention), gemma4 and lfm2 (short convolutions + attention) families,
+each as llama.cpp computes it.  It shares no code with the engine, so the
+engine's logits can be checked against it.  Needs only Python 3 and numpy.
 
   gguf_reference.py MODEL.gguf --tokens "1 2 3" --out LOGITS.bin
   gguf_reference.py MODEL.gguf --tokens "1" --greedy 200 [--decode]
   gguf_reference.py MODEL.gguf --tokens "1 2 3" --compare OTHER.bin --tol 1e-3
+  gguf_reference.py QWEN35.gguf --tokens "1 2 3" --chunked-deltanet 8 --out LOGITS.bin
+  gguf_reference.py --self-test-deltanet
 
 Logits file: int32 n_positions, int32 n_vocab, then n_positions*n_vocab
 float32, all little-endian, row-major (one row per position).
-Exit codes: 0 ok, 1 --compare mismatch, 2 bad input.
+Exit codes: 0 ok, 1 --compare mismatch (or --self-test-deltanet failure),
+2 bad input.
 """
 import argparse
 import math
@@ -298,6 +303,123 @@ def gelu_f16_table(x):
     return np.where(x <= -10, 0.0, np.where(x >= 10, x, inner)).astype(x.dtype)
 
 
+# ----------------------------------------------------------------------------
+# The gated delta rule (Qwen3.5's linear-attention layers)
+
+def gated_delta_rule_recurrent(q, k, v, g, beta, S):
+    """The gated delta rule one position at a time, as its definition reads.
+
+    q, k: (n, H, dk) (q already scaled by 1/sqrt(dk)); v: (n, H, dv);
+    g (log decay, <= 0) and beta: (n, H); S: (H, dk, dv), the state before
+    the first position. Per head and position t:
+        S   <- exp(g_t) S
+        u_t  = beta_t (v_t - S^T k_t)          (the "new value")
+        S   <- S + k_t u_t^T
+        o_t  = S^T q_t
+    Returns O (n, H, dv) and the state after the last position."""
+    S = S.copy()
+    O = np.empty(v.shape, np.result_type(q, v, S))
+    for t in range(q.shape[0]):
+        S *= np.exp(g[t])[:, None, None]
+        u = beta[t][:, None] * (v[t] - np.einsum('hk,hkv->hv', k[t], S))
+        S += k[t][:, :, None] * u[:, None, :]
+        O[t] = np.einsum('hk,hkv->hv', q[t], S)
+    return O, S
+
+
+def gated_delta_rule_chunked(q, k, v, g, beta, S, chunk):
+    """The same gated delta rule in chunked form (what a batched prefill
+    computes); equal to gated_delta_rule_recurrent in exact arithmetic.
+
+    Arguments as gated_delta_rule_recurrent, plus chunk = C, the number of
+    positions per chunk (the last chunk may be shorter; no padding needed).
+    For each head, and each chunk of positions t = 0..C-1 (indices within
+    the chunk), with S0 (dk x dv) the state before the chunk, K, Q (C x dk)
+    and V (C x dv) the chunk's rows:
+
+      1. cumulative decay   G_t = g_0 + g_1 + ... + g_t   (so G_t <= 0)
+      2. decay mask         D_ts = exp(G_t - G_s) for s <= t, else 0
+                            (<= 1: every exponent is <= 0, no overflow)
+      3. A (C x C, strictly lower triangular):
+                            A_ts = -beta_t (k_t . k_s) exp(G_t - G_s) for s < t,
+                            A_ts = 0 for s >= t
+      4. T = (I - A)^-1, unit lower triangular, by forward substitution:
+                            row t of T = e_t + sum_{s<t} A_ts (row s of T)
+      5. W = T diag(beta exp(G)) K    (C x dk)
+         U0 = T diag(beta) V          (C x dv)
+      6. U = U0 - W S0                (C x dv): row t is the new value u_t
+                                       of the recurrence
+      7. output O = diag(exp(G)) Q S0 + (D o (Q K^T)) U
+                    (o = elementwise; D keeps the diagonal: position t sees
+                    its own u_t, weighted by (q_t . k_t))
+      8. state  S_next = exp(G_last) S0 + (diag(exp(G_last - G)) K)^T U
+                    G_last = G of the chunk's last position
+
+    Why: unrolling the recurrence inside the chunk,
+        S_t = exp(G_t) S0 + sum_{s<=t} exp(G_t - G_s) k_s u_s^T,
+    so o_t = S_t^T q_t gives 7 and S_{C-1} gives 8; and
+        u_t = beta_t (v_t - exp(g_t) S_{t-1}^T k_t)
+            = beta_t (v_t - exp(G_t) S0^T k_t) + sum_{s<t} A_ts u_s,
+    i.e. (I - A) U = diag(beta) (V - diag(exp(G)) K S0), which is 4-6.
+    (llama.cpp's chunked graph is this with C = 64; its triangular solve
+    forms T the same way.)"""
+    n, H = q.shape[:2]
+    S = S.copy()
+    O = np.empty(v.shape, np.result_type(q, v, S))
+    for c0 in range(0, n, chunk):
+        c1 = min(n, c0 + chunk)
+        C = c1 - c0
+        lower = np.tril(np.ones((C, C), bool), -1)        # s < t
+        causal = np.tril(np.ones((C, C), bool))            # s <= t
+        for h in range(H):
+            Q, K, V = q[c0:c1, h], k[c0:c1, h], v[c0:c1, h]
+            b = beta[c0:c1, h]
+            G = np.cumsum(g[c0:c1, h])                                  # 1
+            Gdiff = G[:, None] - G[None, :]
+            D = np.where(causal, np.exp(np.where(causal, Gdiff, 0)), 0)  # 2
+            A = np.where(lower, -b[:, None] * (K @ K.T) * D, 0)          # 3
+            T = np.eye(C, dtype=A.dtype)                                 # 4
+            for t in range(1, C):
+                T[t] += A[t, :t] @ T[:t]
+            W = T @ ((b * np.exp(G))[:, None] * K)                       # 5
+            U0 = T @ (b[:, None] * V)
+            U = U0 - W @ S[h]                                            # 6
+            O[c0:c1, h] = np.exp(G)[:, None] * (Q @ S[h]) + (D * (Q @ K.T)) @ U   # 7
+            S[h] = np.exp(G[-1]) * S[h] + (np.exp(G[-1] - G)[:, None] * K).T @ U  # 8
+    return O, S
+
+
+def self_test_deltanet(max_len=40, chunk=8, tol=1e-9, seed=1):
+    """The chunked form against the recurrence in float64, every prompt length
+    1..max_len, from a zero and from a random initial state. Returns 0 when
+    they agree to tol (relative to the output's scale), 1 otherwise."""
+    rng = np.random.default_rng(seed)
+    H, dk, dv = 3, 16, 12
+    worst = 0.0
+    for n in range(1, max_len + 1):
+        q = rng.normal(size=(n, H, dk))
+        k = rng.normal(size=(n, H, dk))
+        k /= np.linalg.norm(k, axis=-1, keepdims=True)   # as the model's L2-normed keys
+        q /= np.linalg.norm(q, axis=-1, keepdims=True) * math.sqrt(dk)
+        v = rng.normal(size=(n, H, dv))
+        g = -np.logaddexp(0, rng.normal(size=(n, H))) * rng.uniform(0.1, 2, size=H)
+        beta = 1 / (1 + np.exp(-rng.normal(size=(n, H))))
+        for S0 in (np.zeros((H, dk, dv)), rng.normal(size=(H, dk, dv))):
+            o1, s1 = gated_delta_rule_recurrent(q, k, v, g, beta, S0)
+            o2, s2 = gated_delta_rule_chunked(q, k, v, g, beta, S0, chunk)
+            err = max(np.abs(o1 - o2).max() / np.abs(o1).max(),
+                      np.abs(s1 - s2).max() / np.abs(s1).max())
+            worst = max(worst, err)
+            if not err <= tol:
+                print(f"FAIL: chunked gated delta rule (chunk {chunk}) differs from the "
+                      f"recurrence at length {n}: relative error {err:.3g} > {tol:g}")
+                return 1
+    print(f"PASS: chunked gated delta rule (chunk {chunk}) equals the recurrence for "
+          f"lengths 1..{max_len}, zero and random initial state: worst relative "
+          f"error {worst:.3g} (tol {tol:g})")
+    return 0
+
+
 class Model:
     def __init__(self, gguf, dtype=np.float64, q8_activations=False, n_ctx=None,
                  like_llama_cpp=False):
@@ -532,10 +654,12 @@ class Model:
         With ggml_q8, exactly as ggml's quantize_row_q8_0 / q8_K do it: the
         32-block scale is stored as float16 (so the products use that), and
         the 256-block one is 1 / (-127 / m), m the block's value of largest
-        magnitude, with levels capped at 127."""
+        magnitude, with levels capped at 127.
+        x may also be a matrix of rows (one per position): each row is
+        rounded and multiplied the same way."""
         block = self.act_block.get(id(w))
         if block is None:
-            return w @ x
+            return w @ x if x.ndim == 1 else x @ w.T
         f32 = np.float32
         xf = x.astype(f32).reshape(-1, block)
         amax = np.abs(xf).max(axis=1)
@@ -554,69 +678,79 @@ class Model:
             iscale = np.divide(f32(-127), m, out=np.zeros_like(m), where=nz)
             q = np.minimum(127, np.rint(iscale[:, None] * xf))
             d = np.divide(f32(1), iscale, out=np.zeros_like(iscale), where=nz)
-        x = (q * d[:, None].astype(np.float64)).reshape(-1).astype(self.dtype)
-        return w @ x
+        x = (q * d[:, None].astype(np.float64)).reshape(x.shape).astype(self.dtype)
+        return w @ x if x.ndim == 1 else x @ w.T
 
     def rmsnorm(self, x, w):
         """RMSNorm over the last axis (a whole vector, or each head's row)."""
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
 
-    def rope_angles(self, pos, base, scale):
+    def rope_angles(self, pos, base, scale, n_rot=None, ff=None):
         """cos and sin of rotary pair i's angle pos * base^(-2i/n_rot) * scale
         / factor_i, times rope.scaling.attn_factor. With ggml_rope, computed
         the way ggml's CPU RoPE does it, in float32: the angle of pair i + 1
-        is the float32 product of pair i's by float32(base^(-2/n_rot))."""
-        half = self.n_rot // 2
+        is the float32 product of pair i's by float32(base^(-2/n_rot)).
+        n_rot and the factors ff default to the model's (one set for all
+        layers); the families with per-layer rotary settings pass their own."""
+        n_rot = self.n_rot if n_rot is None else n_rot
+        ff = self.ff if ff is None else ff
+        half = n_rot // 2
         if not self.ggml_rope:
-            ang = pos * base ** (-np.arange(half) * 2.0 / self.n_rot) * scale
-            if self.ff is not None:
-                ang = ang / self.ff
+            ang = pos * base ** (-np.arange(half) * 2.0 / n_rot) * scale
+            if ff is not None:
+                ang = ang / ff
             return np.cos(ang) * self.rope_mscale, np.sin(ang) * self.rope_mscale
         f32 = np.float32
-        step = f32(base ** (-2.0 / self.n_rot))
+        step = f32(base ** (-2.0 / n_rot))
         theta = np.empty(half, f32)
         theta[0] = f32(pos)
         for i in range(1, half):
             theta[i] = theta[i - 1] * step
-        if self.ff is not None:
-            theta = theta / self.ff.astype(f32)
+        if ff is not None:
+            theta = theta / ff.astype(f32)
         theta = f32(scale) * theta
         mscale = f32(self.rope_mscale)
         return (np.cos(theta.astype(np.float64)).astype(f32) * mscale,
                 np.sin(theta.astype(np.float64)).astype(f32) * mscale)
 
-    def rope(self, x, pos, base, scale):
+    def rope(self, x, pos, base, scale, n_rot=None, mode=None, ff=None):
         """Rotate the first n_rot dimensions of each head; the rest stay."""
-        c, s = self.rope_angles(pos, base, scale)
+        n_rot = self.n_rot if n_rot is None else n_rot
+        mode = self.rope_mode if mode is None else mode
+        c, s = self.rope_angles(pos, base, scale, n_rot, ff)
         c, s = c.astype(self.dtype), s.astype(self.dtype)
-        if self.rope_mode == 'norm':
-            i0, i1 = slice(0, self.n_rot, 2), slice(1, self.n_rot, 2)
+        if mode == 'norm':
+            i0, i1 = slice(0, n_rot, 2), slice(1, n_rot, 2)
         else:
-            i0, i1 = slice(0, self.n_rot // 2), slice(self.n_rot // 2, self.n_rot)
+            i0, i1 = slice(0, n_rot // 2), slice(n_rot // 2, n_rot)
         x0, x1 = x[:, i0], x[:, i1]
         out = x.copy()
         out[:, i0] = x0 * c - x1 * s
         out[:, i1] = x0 * s + x1 * c
         return out
 
-    def attend_f16(self, scores, Vc):
+    def attend_f16(self, scores, Vc, kq_scale=None, softcap=None):
         """Softmax and the weighted sum of V as ggml's CPU flash attention forms
         them with an F16 cache: scores scaled (and soft-capped) in float32, the
         keys taken in order with a running maximum M and sum S in float32, and
         the weighted sum of V held in float16, rounded after every rescale and
-        every added row. scores: unscaled q.k, (n_head, T); Vc: (T, n_kv, hd)."""
+        every added row. scores: unscaled q.k, (n_head, T); Vc: (T, n_kv, hd).
+        kq_scale and softcap default to the model's."""
         f32 = np.float32
-        group = self.n_head // self.n_kv
+        n_head, n_kv, hd = scores.shape[0], Vc.shape[1], Vc.shape[2]
+        group = n_head // n_kv
+        kq_scale = self.kq_scale if kq_scale is None else kq_scale
+        softcap = self.attn_softcap if softcap is None else softcap
         # the scale, with a soft-cap folded in: s = cap * tanh(q.k * scale / cap)
-        cap = f32(self.attn_softcap)
-        scale = f32(self.kq_scale) / cap if cap else f32(self.kq_scale)
+        cap = f32(softcap)
+        scale = f32(kq_scale) / cap if cap else f32(kq_scale)
         scores = scores.astype(f32) * scale
         if cap:
             scores = cap * np.tanh(scores.astype(np.float64)).astype(f32)
-        out = np.zeros((self.n_head, self.head_dim), self.dtype)
-        for h in range(self.n_head):
+        out = np.zeros((n_head, hd), self.dtype)
+        for h in range(n_head):
             M, S = f32(-np.inf), f32(0)
-            acc = np.zeros(self.head_dim, np.float32)
+            acc = np.zeros(hd, np.float32)
             for t, s in enumerate(scores[h]):
                 v = Vc[t, h // group].astype(np.float32)
                 if s > M:
@@ -745,6 +879,461 @@ class Model:
 
 
 # ----------------------------------------------------------------------------
+# The families whose layers differ from one another: qwen35 (gated DeltaNet
+# and gated full attention), gemma4 (per-layer head sizes, rotary settings,
+# feed-forward widths, shared K/V, per-layer embeddings) and lfm2 (short
+# convolutions and attention). They run a block of positions layer by layer,
+# as llama.cpp runs a prompt in one batch: the recurrent layers carry their
+# state (convolution window, DeltaNet state) from one block to the next.
+
+HYBRID_FAMILIES = ('qwen35', 'gemma4', 'lfm2')
+
+
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def silu(x):
+    return x / (1 + np.exp(-x))
+
+
+def softplus(x):
+    """ggml's: x itself above 20, else log(1 + e^x)."""
+    return np.where(x > 20, x, np.logaddexp(0, np.minimum(x, 20)))
+
+
+class HybridModel(Model):
+    def __init__(self, gguf, dtype=np.float64, q8_activations=False, n_ctx=None,
+                 like_llama_cpp=False, chunked_deltanet=0):
+        md = gguf.metadata
+        arch = md.get('general.architecture')
+        if arch not in HYBRID_FAMILIES:
+            raise GGUFError(f"general.architecture is {arch!r}; supported: "
+                            f"{', '.join(list(FAMILIES) + list(HYBRID_FAMILIES))}")
+        self.arch, self.metadata = arch, md
+        self.dtype = dtype
+        self.chunked_deltanet = chunked_deltanet
+
+        def key(name, default=None, kind=int):
+            """A scalar hyperparameter."""
+            v = md.get(f'{arch}.{name}', default)
+            if v is None:
+                raise GGUFError(f"missing metadata {arch}.{name}")
+            if isinstance(v, (str, list, np.ndarray)):
+                raise GGUFError(f"metadata {arch}.{name} is {v!r:.40}, expected a number")
+            return kind(v)
+
+        self.n_layers = key('block_count')
+
+        def per_layer(name, default=None, kind=int):
+            """A hyperparameter that may be one number or one per layer (llama.cpp's
+            get_key_or_arr): a list of n_layers values."""
+            v = md.get(f'{arch}.{name}', default)
+            if v is None:
+                raise GGUFError(f"missing metadata {arch}.{name}")
+            if isinstance(v, np.ndarray):
+                if len(v) != self.n_layers:
+                    raise GGUFError(f"metadata {arch}.{name} has {len(v)} values for "
+                                    f"{self.n_layers} layers")
+                return [kind(x) for x in v]
+            if isinstance(v, (str, list)):
+                raise GGUFError(f"metadata {arch}.{name} is {v!r:.40}, expected numbers")
+            return [kind(v)] * self.n_layers
+
+        self.dim = key('embedding_length')
+        self.eps = key('attention.layer_norm_rms_epsilon', kind=float)
+        self.n_ctx_train = key('context_length')
+        self.n_ctx = n_ctx if n_ctx is not None else self.n_ctx_train
+        if key('expert_count', 0):
+            raise GGUFError(f"mixture-of-experts {arch} ({arch}.expert_count > 0) is not supported")
+        for k in ('rope.scaling.type', 'rope.scaling.factor', 'rope.scaling.attn_factor',
+                  'rope.scale_linear', 'attention.logit_softcapping'):
+            if f'{arch}.{k}' in md:
+                raise GGUFError(f"{arch}.{k} is not supported for {arch}")
+        self.freq_base = key('rope.freq_base', 10000.0, float)
+        # the rotary helpers of Model: no model-wide factors, no cos/sin scale
+        self.rope_mode, self.rope_mscale, self.ff, self.n_rot = 'neox', 1.0, None, None
+        self.attn_softcap, self.final_softcap, self.n_swa = 0.0, 0.0, 0
+
+        emb = gguf.tensors.get('token_embd.weight')
+        if emb is None or len(emb.dims) != 2:
+            raise GGUFError("missing or non-2D tensor token_embd.weight")
+        self.n_vocab = emb.dims[1]
+
+        used = set()
+        self.act_block = {}
+
+        def W(name, *dims):  # dims in ggml order: ne0 (row length) first
+            if name not in gguf.tensors:
+                raise GGUFError(f"missing tensor {name}")
+            if gguf.tensors[name].dims != list(dims):
+                raise GGUFError(f"tensor {name} has dims {gguf.tensors[name].dims}, "
+                                f"expected {list(dims)}")
+            used.add(name)
+            m = gguf.tensor(name).astype(dtype)
+            self.act_block[id(m)] = (ACTIVATION_BLOCK.get(gguf.tensors[name].ttype)
+                                     if q8_activations or like_llama_cpp else None)
+            return m
+
+        def optional(name, *dims):
+            return W(name, *dims) if name in gguf.tensors else None
+
+        d, V = self.dim, self.n_vocab
+        self.tok_embd = W('token_embd.weight', d, V)
+        n_ff = per_layer('feed_forward_length')
+        self.layers = []
+        getattr(self, f'_load_{arch}')(key, per_layer, W, optional, n_ff)
+        for i, L in enumerate(self.layers):
+            p = f'blk.{i}.'
+            L.update(attn_norm=W(p + 'attn_norm.weight', d),
+                     w_gate=W(p + 'ffn_gate.weight', d, n_ff[i]),
+                     w_up=W(p + 'ffn_up.weight', d, n_ff[i]),
+                     w_down=W(p + 'ffn_down.weight', n_ff[i], d))
+        # lfm2's last norm has llama.cpp's name token_embd_norm
+        self.output_norm = W('token_embd_norm.weight' if arch == 'lfm2' else 'output_norm.weight', d)
+        self.output = W('output.weight', d, V) if 'output.weight' in gguf.tensors else self.tok_embd
+        extra = sorted(set(gguf.tensors) - used)
+        if extra:
+            raise GGUFError(f"unsupported extra tensors: {', '.join(extra[:5])}")
+
+        self.ggml_q8 = self.f16_kv = self.f16_gelu = self.ggml_rope = like_llama_cpp
+        self.ggml_q8 = self.ggml_q8 or q8_activations
+
+    # -- loading, per family ---------------------------------------------------
+
+    def _attn_layer(self, W, optional, i, n_head, n_kv, hd, n_rot, base, q_rows=None,
+                    kv=True, v_optional=False):
+        """Tensors and settings of a (grouped-query) attention layer."""
+        p, d = f'blk.{i}.', self.dim
+        if n_kv <= 0 or n_head % n_kv or n_rot % 2 or n_rot > hd:
+            raise GGUFError(f"layer {i}: inconsistent heads: head_count={n_head} "
+                            f"head_count_kv={n_kv} head_dim={hd} rope dims={n_rot}")
+        L = dict(kind='attn', n_head=n_head, n_kv=n_kv, hd=hd, n_rot=n_rot, base=base,
+                 wq=W(p + 'attn_q.weight', d, q_rows or n_head * hd),
+                 q_norm=W(p + 'attn_q_norm.weight', hd),
+                 wo=W(p + 'attn_output.weight', n_head * hd, d),
+                 kv_src=i, sliding=False, ff=None, v_norm=False, gated=False)
+        if kv:
+            L.update(wk=W(p + 'attn_k.weight', d, n_kv * hd),
+                     wv=(optional if v_optional else W)(p + 'attn_v.weight', d, n_kv * hd),
+                     k_norm=W(p + 'attn_k_norm.weight', hd))
+        return L
+
+    def _load_qwen35(self, key, per_layer, W, optional, n_ff):
+        d = self.dim
+        n_head, n_kv = key('attention.head_count'), key('attention.head_count_kv')
+        hd = key('attention.key_length')
+        if key('attention.value_length', hd) != hd:
+            raise GGUFError("qwen35.attention.value_length != key_length is not supported")
+        n_rot = key('rope.dimension_count', hd)
+        self.kq_scale = key('attention.scale', 0.0, float) or 1.0 / math.sqrt(hd)
+        self.d_conv = key('ssm.conv_kernel')
+        self.dk = key('ssm.state_size')           # key (and value) head size
+        self.nk = key('ssm.group_count')          # key heads
+        self.nv = key('ssm.time_step_rank')       # value heads
+        d_inner = key('ssm.inner_size')
+        if d_inner != self.nv * self.dk or self.nv % self.nk:
+            raise GGUFError(f"qwen35: ssm.inner_size {d_inner} != time_step_rank {self.nv} x "
+                            f"state_size {self.dk}, or value heads not a multiple of key heads")
+        if 'qwen35.attention.recurrent_layers' in self.metadata:
+            raise GGUFError("qwen35.attention.recurrent_layers is not supported "
+                            "(the layers follow full_attention_interval)")
+        interval = key('full_attention_interval', 4)
+        recurrent = [(il + 1) % interval != 0 for il in range(self.n_layers)]
+        self.layout = f"full attention where (il+1) % {interval} == 0"
+        conv_dim = 2 * self.nk * self.dk + d_inner
+        for i in range(self.n_layers):
+            p = f'blk.{i}.'
+            if recurrent[i]:
+                L = dict(kind='deltanet',
+                         wqkv=W(p + 'attn_qkv.weight', d, conv_dim),
+                         wz=W(p + 'attn_gate.weight', d, d_inner),
+                         conv=W(p + 'ssm_conv1d.weight', self.d_conv, conv_dim),
+                         dt_bias=W(p + 'ssm_dt.bias', self.nv),
+                         ssm_a=W(p + 'ssm_a', self.nv),
+                         wbeta=W(p + 'ssm_beta.weight', d, self.nv),
+                         walpha=W(p + 'ssm_alpha.weight', d, self.nv),
+                         ssm_norm=W(p + 'ssm_norm.weight', self.dk),
+                         wout=W(p + 'ssm_out.weight', d_inner, d))
+            else:
+                # attn_q rows per head: [q (hd); gate (hd)]
+                L = self._attn_layer(W, optional, i, n_head, n_kv, hd, n_rot, self.freq_base,
+                                     q_rows=2 * n_head * hd)
+                L['gated'] = True
+            L['ffn_norm'] = W(p + 'post_attention_norm.weight', d)   # the pre-FFN norm
+            self.layers.append(L)
+
+    def _load_gemma4(self, key, per_layer, W, optional, n_ff):
+        d = self.dim
+        n_head, n_kv = per_layer('attention.head_count'), per_layer('attention.head_count_kv')
+        hd_full = key('attention.key_length')
+        hd_swa = key('attention.key_length_swa')
+        if (key('attention.value_length', hd_full) != hd_full
+                or key('attention.value_length_swa', hd_swa) != hd_swa):
+            raise GGUFError("gemma4: value_length != key_length is not supported")
+        n_rot_full = key('rope.dimension_count', hd_full)
+        n_rot_swa = key('rope.dimension_count_swa', hd_swa)
+        base_swa = key('rope.freq_base_swa', self.freq_base, float)
+        self.n_swa = key('attention.sliding_window')
+        swa = [bool(x) for x in per_layer('attention.sliding_window_pattern', kind=int)]
+        shared = key('attention.shared_kv_layers', 0)
+        first_shared = self.n_layers - shared
+        # llama.cpp's default (hparams) when the key is missing is 30
+        self.final_softcap = key('final_logit_softcapping', 30.0, float)
+        self.kq_scale = 1.0                      # Gemma 4: no Q or Q.K scaling
+        self.n_pl = key('embedding_length_per_layer_input', 0)
+        if self.n_swa <= 0:
+            raise GGUFError(f"gemma4.attention.sliding_window={self.n_swa} is not supported")
+        rope_freqs = None
+        for i in range(self.n_layers):
+            p = f'blk.{i}.'
+            hd = hd_swa if swa[i] else hd_full
+            has_kv = i < first_shared
+            L = self._attn_layer(W, optional, i, n_head[i], n_kv[i], hd,
+                                 n_rot_swa if swa[i] else n_rot_full,
+                                 base_swa if swa[i] else self.freq_base,
+                                 kv=has_kv, v_optional=True)
+            L.update(sliding=swa[i], v_norm=True,
+                     post_attn_norm=W(p + 'post_attention_norm.weight', d),
+                     ffn_norm=W(p + 'ffn_norm.weight', d),
+                     post_ffn_norm=W(p + 'post_ffw_norm.weight', d),
+                     out_scale=optional(p + 'layer_output_scale.weight', 1))
+            if not has_kv:
+                # llama.cpp's reuse rule: the last sliding / full layer that has K/V
+                src = first_shared - (2 if swa[i] else 1)
+                if src < 0 or swa[src] != swa[i] or self.layers[src]['hd'] != hd:
+                    raise GGUFError(f"gemma4: layer {i} would share the K/V of layer {src}, "
+                                    "which is not of its kind")
+                L['kv_src'] = src
+            if not swa[i]:
+                # proportional RoPE: frequency factors on the full-attention layers
+                if rope_freqs is None:
+                    rope_freqs = W('rope_freqs.weight', hd // 2).astype(np.float64)
+                L['ff'] = rope_freqs
+            if self.n_pl:
+                L.update(pl_gate=W(p + 'inp_gate.weight', d, self.n_pl),
+                         pl_proj=W(p + 'proj.weight', self.n_pl, d),
+                         pl_post_norm=W(p + 'post_norm.weight', d))
+            self.layers.append(L)
+        self.layout = (f"window {self.n_swa} on layers {[i for i in range(self.n_layers) if swa[i]]}"
+                       f" (head {hd_swa}, rope {n_rot_swa} dims base {base_swa:g}), full layers "
+                       f"head {hd_full}, rope {n_rot_full} dims base {self.freq_base:g} / rope_freqs"
+                       f"; layers {first_shared}.. reuse K/V")
+        if self.n_pl:
+            npl_all = self.n_pl * self.n_layers
+            self.pl_tok_embd = W('per_layer_token_embd.weight', npl_all, self.n_vocab)
+            self.pl_model_proj = W('per_layer_model_proj.weight', d, npl_all)
+            self.pl_proj_norm = W('per_layer_proj_norm.weight', self.n_pl)
+
+    def _load_lfm2(self, key, per_layer, W, optional, n_ff):
+        d = self.dim
+        n_head = key('attention.head_count')
+        n_kv = per_layer('attention.head_count_kv')
+        hd = key('attention.key_length', d // n_head)
+        n_rot = key('rope.dimension_count', hd)
+        self.kq_scale = 1.0 / math.sqrt(hd)
+        self.d_conv = key('shortconv.l_cache')
+        for i in range(self.n_layers):
+            p = f'blk.{i}.'
+            if n_kv[i] > 0:   # attention where head_count_kv[il] > 0
+                L = self._attn_layer(W, optional, i, n_head, n_kv[i], hd, n_rot, self.freq_base)
+            else:
+                L = dict(kind='conv',
+                         conv=W(p + 'shortconv.conv.weight', self.d_conv, d),
+                         in_proj=W(p + 'shortconv.in_proj.weight', d, 3 * d),
+                         out_proj=W(p + 'shortconv.out_proj.weight', d, d))
+            L['ffn_norm'] = W(p + 'ffn_norm.weight', d)
+            self.layers.append(L)
+        self.layout = f"attention on layers {[i for i in range(self.n_layers) if n_kv[i] > 0]}"
+
+    def describe(self):
+        kinds = ''.join({'attn': 'A', 'deltanet': 'D', 'conv': 'C'}[L['kind']] for L in self.layers)
+        parts = [f"{self.arch}: {self.n_layers} layers {kinds}", self.layout,
+                 f"neox rope base {self.freq_base:g}"]
+        if self.arch == 'qwen35':
+            parts.append(f"DeltaNet {self.nk} key / {self.nv} value heads of {self.dk}, "
+                         f"conv {self.d_conv}" + (f", chunked prefill (chunks of "
+                                                  f"{self.chunked_deltanet})"
+                                                  if self.chunked_deltanet else ''))
+        if self.arch == 'lfm2':
+            parts.append(f"short conv {self.d_conv}")
+        if self.arch == 'gemma4' and self.n_pl:
+            parts.append(f"per-layer inputs of {self.n_pl}")
+        if self.final_softcap:
+            parts.append(f"final soft-cap {self.final_softcap:g}")
+        return ', '.join(parts)
+
+    # -- running ---------------------------------------------------------------
+
+    def reset(self, n_pos):
+        self.k_cache, self.v_cache = {}, {}
+        self.conv_state, self.ssm_state = {}, {}
+        for l, L in enumerate(self.layers):
+            if L['kind'] == 'attn' and L['kv_src'] == l:
+                shape = (n_pos, L['n_kv'], L['hd'])
+                self.k_cache[l] = np.zeros(shape, self.dtype)
+                self.v_cache[l] = np.zeros(shape, self.dtype)
+            elif L['kind'] in ('deltanet', 'conv'):
+                # zero initial state: the convolution's window before position 0
+                self.conv_state[l] = np.zeros((self.d_conv - 1, L['conv'].shape[0]), self.dtype)
+                if L['kind'] == 'deltanet':
+                    self.ssm_state[l] = np.zeros((self.nv, self.dk, self.dk), self.dtype)
+
+    def f32const(self, c):
+        """A constant as llama.cpp's graph holds it: a float, when rounding like it."""
+        return float(np.float32(c)) if self.ggml_rope else c
+
+    def causal_conv(self, l, X, w):
+        """Causal depthwise convolution (ggml_ssm_conv): y_t[c] = sum_j
+        w[c, j] x_{t-K+1+j}[c], the last tap j = K-1 on the current position;
+        the window before the block is the layer's carried state (zeros at
+        the start). X: (n, channels); w: (channels, K)."""
+        K, n = w.shape[1], X.shape[0]
+        full = np.concatenate([self.conv_state[l], X])
+        Y = sum(full[j:j + n] * w[:, j] for j in range(K))
+        self.conv_state[l] = full[n:]
+        return Y
+
+    def deltanet(self, L, l, H):
+        """Qwen3.5's gated DeltaNet layer on a block of positions H (n, dim)."""
+        n, nk, nv, dk = H.shape[0], self.nk, self.nv, self.dk
+        qkv = self.mul(L['wqkv'], H)                       # rows [q (nk x dk); k (nk x dk); v (nv x dk)]
+        z = self.mul(L['wz'], H)
+        beta = sigmoid(self.mul(L['wbeta'], H))            # (n, nv)
+        g = L['ssm_a'] * softplus(self.mul(L['walpha'], H) + L['dt_bias'])   # log decay, (n, nv)
+        c = silu(self.causal_conv(l, qkv, L['conv']))
+        q = c[:, :nk * dk].reshape(n, nk, dk)
+        k = c[:, nk * dk:2 * nk * dk].reshape(n, nk, dk)
+        v = c[:, 2 * nk * dk:].reshape(n, nv, dk)
+        # L2 norm per head: x / max(|x|, eps)
+        q = q / np.maximum(np.linalg.norm(q, axis=-1, keepdims=True), self.eps)
+        k = k / np.maximum(np.linalg.norm(k, axis=-1, keepdims=True), self.eps)
+        q = q * self.f32const(1.0 / math.sqrt(dk))
+        # value head j reads key head j % nk (the heads tiled, not grouped)
+        heads = np.arange(nv) % nk
+        q, k = q[:, heads], k[:, heads]
+        if self.chunked_deltanet:
+            o, self.ssm_state[l] = gated_delta_rule_chunked(q, k, v, g, beta, self.ssm_state[l],
+                                                            self.chunked_deltanet)
+        else:
+            o, self.ssm_state[l] = gated_delta_rule_recurrent(q, k, v, g, beta, self.ssm_state[l])
+        # per value head: RMSNorm(o) * ssm_norm * silu(z)
+        o = self.rmsnorm(o, L['ssm_norm']) * silu(z.reshape(n, nv, dk))
+        return self.mul(L['wout'], o.reshape(n, nv * dk))
+
+    def shortconv(self, L, l, H):
+        """LFM2's short convolution block: in_proj rows [B; C; x],
+        y = out_proj(C * conv(B * x))."""
+        d = self.dim
+        bcx = self.mul(L['in_proj'], H)
+        b, c, x = bcx[:, :d], bcx[:, d:2 * d], bcx[:, 2 * d:]
+        return self.mul(L['out_proj'], c * self.causal_conv(l, b * x, L['conv']))
+
+    def attention(self, L, l, h, pos):
+        """One position of an attention layer. h: the normed input (dim,)."""
+        nh, nkv, hd = L['n_head'], L['n_kv'], L['hd']
+        q = self.mul(L['wq'], h)
+        gate = None
+        if L['gated']:    # qwen35: per head [q; gate]
+            qg = q.reshape(nh, 2, hd)
+            q, gate = qg[:, 0], qg[:, 1].reshape(-1)
+        q = self.rmsnorm(q.reshape(nh, hd), L['q_norm'])
+        q = self.rope(q, pos, L['base'], 1.0, L['n_rot'], 'neox', L['ff'])
+        if L['kv_src'] == l:
+            k = self.mul(L['wk'], h)
+            # gemma4 without attn_v uses K's projection as V
+            v = self.mul(L['wv'], h) if L['wv'] is not None else k.copy()
+            k = self.rmsnorm(k.reshape(nkv, hd), L['k_norm'])
+            v = v.reshape(nkv, hd)
+            if L['v_norm']:   # RMSNorm without a weight
+                v = v / np.sqrt(np.mean(v * v, axis=-1, keepdims=True) + self.eps)
+            k = self.rope(k, pos, L['base'], 1.0, L['n_rot'], 'neox', L['ff'])
+            if self.f16_kv:
+                k, v = round_f16(k), round_f16(v)
+            self.k_cache[l][pos], self.v_cache[l][pos] = k, v
+        if self.f16_kv:
+            q = round_f16(q)
+        src = L['kv_src']
+        first = max(0, pos - self.n_swa + 1) if L['sliding'] else 0
+        K, Vc = self.k_cache[src][first:pos + 1], self.v_cache[src][first:pos + 1]
+        group = nh // nkv
+        scores = np.einsum('kgd,tkd->kgt', q.reshape(nkv, group, hd), K)
+        if self.f16_kv:
+            att = self.attend_f16(scores.reshape(nh, -1), Vc, self.kq_scale, 0.0)
+        else:
+            scores = scores * self.kq_scale
+            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            scores /= scores.sum(axis=-1, keepdims=True)
+            att = np.einsum('kgt,tkd->kgd', scores, Vc).reshape(-1)
+        if gate is not None:
+            att = att * sigmoid(gate)
+        return self.mul(L['wo'], att)
+
+    def per_layer_inputs(self, tokens, X):
+        """Gemma 4's per-layer inputs, (n, n_layers, n_pl): (RMSNorm(
+        per_layer_model_proj(x) / sqrt(dim)) + per_layer_token_embd[tok] *
+        sqrt(n_pl)) / sqrt(2), x the scaled embedding, the norm per layer's
+        slice of n_pl."""
+        n, nl, npl = X.shape[0], self.n_layers, self.n_pl
+        proj = self.mul(self.pl_model_proj, X) * self.f32const(1.0 / math.sqrt(self.dim))
+        proj = self.rmsnorm(proj.reshape(n, nl, npl), self.pl_proj_norm)
+        tok = self.pl_tok_embd[tokens].reshape(n, nl, npl) * self.f32const(math.sqrt(npl))
+        return (proj + tok) * self.f32const(1.0 / math.sqrt(2.0))
+
+    def forward_block(self, tokens, pos0):
+        """Logits of positions pos0 .. pos0 + len(tokens) - 1, layer by layer
+        over the whole block; the earlier positions must be in the caches."""
+        n = len(tokens)
+        gemma4 = self.arch == 'gemma4'
+        X = self.tok_embd[tokens].astype(self.dtype)
+        if gemma4:
+            X = X * self.f32const(math.sqrt(self.dim))
+            PL = self.per_layer_inputs(tokens, X) if self.n_pl else None
+        for l, L in enumerate(self.layers):
+            H = self.rmsnorm(X, L['attn_norm'])
+            if L['kind'] == 'deltanet':
+                A = self.deltanet(L, l, H)
+            elif L['kind'] == 'conv':
+                A = self.shortconv(L, l, H)
+            else:
+                A = np.stack([self.attention(L, l, H[i], pos0 + i) for i in range(n)])
+            if gemma4:
+                A = self.rmsnorm(A, L['post_attn_norm'])
+            X = X + A
+            H = self.rmsnorm(X, L['ffn_norm'])
+            gt, up = self.mul(L['w_gate'], H), self.mul(L['w_up'], H)
+            if gemma4:
+                act = gelu_f16_table(gt) if self.f16_gelu else gelu_tanh(gt)
+            else:
+                act = silu(gt)
+            F = self.mul(L['w_down'], act * up)
+            if gemma4:
+                F = self.rmsnorm(F, L['post_ffn_norm'])
+            X = X + F
+            if gemma4 and self.n_pl:
+                gt = self.mul(L['pl_gate'], X)
+                gt = gelu_f16_table(gt) if self.f16_gelu else gelu_tanh(gt)
+                X = X + self.rmsnorm(self.mul(L['pl_proj'], gt * PL[:, l]), L['pl_post_norm'])
+            if gemma4 and L['out_scale'] is not None:
+                X = X * L['out_scale'][0]
+        self.final_hidden_block = self.rmsnorm(X, self.output_norm)
+        self.final_hidden = self.final_hidden_block[-1]
+        logits = self.mul(self.output, self.final_hidden_block)
+        if self.final_softcap:
+            logits = self.final_softcap * np.tanh(logits / self.final_softcap)
+        return logits
+
+    def forward(self, token, pos):
+        return self.forward_block([token], pos)[0]
+
+    def logits(self, tokens):
+        """The whole prompt as one block, as llama.cpp decodes it in one batch."""
+        self.check_tokens(tokens)
+        self.reset(len(tokens))
+        return self.forward_block(list(tokens), 0)
+
+
+# ----------------------------------------------------------------------------
 # SentencePiece-style detokenisation (for eyeballing greedy output only)
 
 def decode(gguf, prev, ids):
@@ -819,8 +1408,10 @@ def compare(ref, other, tol):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    ap.add_argument('model', help='GGUF file (general.architecture: ' + ', '.join(FAMILIES) + ')')
-    ap.add_argument('--tokens', required=True, help='space-separated token ids, e.g. "1 2 3"')
+    ap.add_argument('model', nargs='?', help='GGUF file (general.architecture: '
+                    + ', '.join(list(FAMILIES) + list(HYBRID_FAMILIES)) + ')')
+    ap.add_argument('--tokens', help='space-separated token ids, e.g. "1 2 3" (required '
+                    'with a model)')
     ap.add_argument('--out', help='write the logits of every position to this file')
     ap.add_argument('--compare', metavar='OTHER', help='compare with this logits file')
     ap.add_argument('--tol', type=float, default=1e-3, help='max abs diff for --compare')
@@ -845,7 +1436,20 @@ def main(argv=None):
                          'LongRoPE picks its factors by it')
     ap.add_argument('--describe', action='store_true',
                     help='print to stderr what the file makes the reference compute')
+    ap.add_argument('--chunked-deltanet', type=int, metavar='N', default=0,
+                    help="qwen35: compute the DeltaNet layers' prefill in the chunked form of "
+                         "the gated delta rule, chunks of N positions (default: one position "
+                         "at a time)")
+    ap.add_argument('--self-test-deltanet', action='store_true',
+                    help='check in float64 that the chunked gated delta rule (chunks of 8) '
+                         'equals the recurrence for lengths 1..40, and exit (0 equal, 1 not)')
     args = ap.parse_args(argv)
+    if args.self_test_deltanet:
+        return self_test_deltanet()
+    if args.model is None or args.tokens is None:
+        ap.error('give a model and --tokens (or --self-test-deltanet)')
+    if args.chunked_deltanet < 0:
+        ap.error('--chunked-deltanet N needs N > 0')
     if args.ctx is not None and args.ctx <= 0:
         ap.error('--ctx N needs N > 0')
     if not (args.out or args.compare or args.greedy is not None or args.embedding):
@@ -861,8 +1465,17 @@ def main(argv=None):
 
     try:
         gguf = GGUF(args.model)
-        model = Model(gguf, np.float32 if args.float32 else np.float64, args.q8_activations,
-                      n_ctx=args.ctx, like_llama_cpp=args.like_llama_cpp)
+        dtype = np.float32 if args.float32 else np.float64
+        arch = gguf.metadata.get('general.architecture')
+        if args.chunked_deltanet and arch != 'qwen35':
+            raise GGUFError(f"--chunked-deltanet is for qwen35 (DeltaNet) files, not {arch!r}")
+        if arch in HYBRID_FAMILIES:
+            model = HybridModel(gguf, dtype, args.q8_activations, n_ctx=args.ctx,
+                                like_llama_cpp=args.like_llama_cpp,
+                                chunked_deltanet=args.chunked_deltanet)
+        else:
+            model = Model(gguf, dtype, args.q8_activations, n_ctx=args.ctx,
+                          like_llama_cpp=args.like_llama_cpp)
         if args.describe:
             print(model.describe(), file=sys.stderr)
         status = 0
