@@ -1,5 +1,6 @@
 // The tokenizers on any bytes, with every vocabulary the project ships:
-// Qwen 3 and Llama 3 (byte-level BPE), Gemma 3 (SentencePiece with byte
+// Qwen 3, Qwen 3.5 (Qwen 3's with the qwen35 pre-tokenizer, made by the
+// build) and Llama 3 (byte-level BPE), Gemma 3 (SentencePiece with byte
 // fallback, no space prefix) from tests/fixtures/vocab, and stories260K's
 // SentencePiece vocabulary (space prefix) from the demo's bundled model.
 //
@@ -40,6 +41,7 @@ std::vector<Vocab>& vocabs() {
     const std::string dir = SIPLLM_VOCAB_DIR;
     const std::vector<std::pair<std::string, std::string>> files = {
         {"qwen3", dir + "/ggml-vocab-qwen3.gguf"},
+        {"qwen35", dir + "/ggml-vocab-qwen35.gguf"},
         {"llama3", dir + "/ggml-vocab-llama3.gguf"},
         {"gemma3", dir + "/ggml-vocab-gemma3.gguf"},
         {"stories260K", std::string(SIPLLM_SOURCE_DIR) + "/demo/public/models/stories260K.gguf"},

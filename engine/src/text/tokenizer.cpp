@@ -1114,12 +1114,14 @@ class ByteLevelBpeTokenizer final : public VocabularyTokenizer {
         {"llama-bpe", PreTokenizer::kLlama3},
         {"falcon3", PreTokenizer::kLlama3},
         {"pixtral", PreTokenizer::kLlama3},
+        {"lfm2", PreTokenizer::kLlama3},  // LiquidAI's LFM2 and LFM2.5
         {"dbrx", PreTokenizer::kLlama3},
         {"smaug-bpe", PreTokenizer::kLlama3},
         {"qwen2", PreTokenizer::kQwen2},
         {"deepseek-r1-qwen", PreTokenizer::kQwen2},
         {"stablelm2", PreTokenizer::kQwen2},
         {"megrez", PreTokenizer::kQwen2},
+        {"qwen35", PreTokenizer::kQwen35},  // Qwen3.5 (and 3.6)
         {"starcoder", PreTokenizer::kStarcoder},
         {"refact", PreTokenizer::kStarcoder},
         {"command-r", PreTokenizer::kStarcoder},
@@ -1147,7 +1149,7 @@ class ByteLevelBpeTokenizer final : public VocabularyTokenizer {
         // Llama 3 style vocabularies: a piece that is a token as a whole is
         // taken as is (Hugging Face's ignore_merges), and BOS is on by default.
         const bool llama3_family = pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe" ||
-                                   pre == "falcon3" || pre == "pixtral";
+                                   pre == "falcon3" || pre == "pixtral" || pre == "lfm2";
         ignore_merges_ = llama3_family;
         default_add_bos_ = llama3_family;
         return;

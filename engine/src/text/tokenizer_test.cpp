@@ -652,5 +652,35 @@ TEST(TokenizerUnicode, PreTokenizerSplits) {
   EXPECT_TRUE(unicode::pre_tokenize(PreTokenizer::kGpt2, "").empty());
 }
 
+// Qwen3.5's pattern keeps combining marks (\p{M}) in the letter runs, where
+// Qwen2's leaves them to the runs of other characters. The expected pieces
+// are what the two regexes of llama.cpp's llama-vocab.cpp give in V8 (\s
+// spelled out as Unicode's White_Space), checked by hand.
+TEST(TokenizerUnicode, Qwen35MarksJoinLetters) {
+  using unicode::PreTokenizer;
+  using V = std::vector<std::string>;
+  const std::string acute = "\xCC\x81";  // U+0301, combining acute accent
+  EXPECT_EQ(pieces(PreTokenizer::kQwen35, "cafe" + acute + " au lait"), (V{"cafe" + acute, " au", " lait"}));
+  EXPECT_EQ(pieces(PreTokenizer::kQwen2, "cafe" + acute + " au lait"), (V{"cafe", acute, " au", " lait"}));
+  EXPECT_EQ(pieces(PreTokenizer::kQwen35, "re" + acute + "sume" + acute + "!"), (V{"re" + acute + "sume" + acute, "!"}));
+  EXPECT_EQ(pieces(PreTokenizer::kQwen2, "re" + acute + "sume" + acute + "!"), (V{"re", acute + "sume", acute + "!"}));
+  // A space (or any character but \r, \n, a letter or a number) before a
+  // mark opens a word with it.
+  EXPECT_EQ(pieces(PreTokenizer::kQwen35, " " + acute + "x"), (V{" " + acute + "x"}));
+  EXPECT_EQ(pieces(PreTokenizer::kQwen2, " " + acute + "x"), (V{" " + acute, "x"}));
+  // Marks leave the runs of other characters, and stand alone after them.
+  EXPECT_EQ(pieces(PreTokenizer::kQwen35, "!!" + acute), (V{"!!", acute}));
+  EXPECT_EQ(pieces(PreTokenizer::kQwen2, "!!" + acute), (V{"!!" + acute}));
+  // Khmer "ខ្មែរ": consonant, coeng (Mn), consonant, vowel sign (Mc), consonant.
+  const std::string khmer = "\xE1\x9E\x81\xE1\x9F\x92\xE1\x9E\x98\xE1\x9F\x82\xE1\x9E\x9A";
+  EXPECT_EQ(pieces(PreTokenizer::kQwen35, khmer), (V{khmer}));
+  EXPECT_EQ(pieces(PreTokenizer::kQwen2, khmer), (V{"\xE1\x9E\x81", "\xE1\x9F\x92\xE1\x9E\x98", "\xE1\x9F\x82\xE1\x9E\x9A"}));
+  // Numbers, line breaks and spaces split as in Qwen2's pattern.
+  EXPECT_EQ(pieces(PreTokenizer::kQwen35, "1" + acute), (V{"1", acute}));
+  EXPECT_EQ(pieces(PreTokenizer::kQwen35, "\n" + acute + "a"), (V{"\n", acute + "a"}));
+  EXPECT_EQ(pieces(PreTokenizer::kQwen35, "x " + acute + acute + " y"), (V{"x", " " + acute + acute, " y"}));
+  EXPECT_EQ(pieces(PreTokenizer::kQwen35, "I'VE 12 \n\n  x"), (V{"I", "'VE", " ", "1", "2", " \n\n", " ", " x"}));
+}
+
 }  // namespace
 }  // namespace sipllm

@@ -71,6 +71,7 @@ struct Char {
   size_t end = 0;
   uint32_t cp = 0;   // U+FFFD for an invalid byte
   bool letter = false;
+  bool mark = false;  // \p{M}: combining marks
   bool number = false;
   bool space = false;
   bool punctuation = false;
@@ -94,12 +95,16 @@ class PieceView {
   // Code point at pos, or kNone outside the piece.
   uint32_t cp(size_t pos) const { return inside(pos) ? chars_[pos].cp : kNone; }
   bool letter(size_t pos) const { return inside(pos) && chars_[pos].letter; }
+  // [\p{L}\p{M}]: a letter or a combining mark.
+  bool letter_or_mark(size_t pos) const { return inside(pos) && (chars_[pos].letter || chars_[pos].mark); }
   bool number(size_t pos) const { return inside(pos) && chars_[pos].number; }
   bool space(size_t pos) const { return inside(pos) && chars_[pos].space; }
   // [^\s\p{L}\p{N}]: a character that is neither space, letter nor number.
   bool other(size_t pos) const {
     return inside(pos) && !chars_[pos].space && !chars_[pos].letter && !chars_[pos].number;
   }
+  // [^\s\p{L}\p{M}\p{N}]: the same, and not a combining mark either.
+  bool other_than_mark(size_t pos) const { return other(pos) && !chars_[pos].mark; }
   const Char& at(size_t pos) const { return chars_[pos]; }
 
   static constexpr uint32_t kNone = 0xFFFFFFFF;
@@ -193,7 +198,19 @@ void split_gpt2(const PieceView& v, std::vector<Span>* out) {
 //   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 // Qwen2's pattern is the same with \p{N} instead of \p{N}{1,3}
 // (max_digits = 1); llama.cpp runs it through std::regex, with the same result.
-void split_llama3(const PieceView& v, size_t max_digits, std::vector<Span>* out) {
+// Qwen3.5's (llama.cpp's LLAMA_VOCAB_PRE_TYPE_QWEN35) is Qwen2's with
+// combining marks in the letter runs and out of the runs of other characters
+// (marks_join_letters):
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|
+//   ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// so "e" + U+0301 stays one word there, where Qwen2's pattern cuts the mark off
+// into a piece of its own. The optional first character still only excludes
+// \r, \n, letters and numbers: a mark may take that place too, which changes
+// nothing, since the run that follows would take it anyway.
+void split_llama3(const PieceView& v, size_t max_digits, bool marks_join_letters, std::vector<Span>* out) {
+  // \p{L} (or [\p{L}\p{M}]) and [^\s\p{L}\p{N}] (or [^\s\p{L}\p{M}\p{N}]).
+  const auto word = [&](size_t pos) { return marks_join_letters ? v.letter_or_mark(pos) : v.letter(pos); };
+  const auto other = [&](size_t pos) { return marks_join_letters ? v.other_than_mark(pos) : v.other(pos); };
   PieceSink sink(v.first(), out);
   size_t pos = v.first();
   while (pos < v.last()) {
@@ -213,11 +230,11 @@ void split_llama3(const PieceView& v, size_t max_digits, std::vector<Span>* out)
         }
       }
     }
-    // [^\r\n\p{L}\p{N}]?\p{L}+
+    // [^\r\n\p{L}\p{N}]?\p{L}+ (or [^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+)
     if (!(cp == '\r' || cp == '\n' || v.number(pos))) {
-      if (v.letter(pos) || v.letter(pos + 1)) {
+      if (word(pos) || word(pos + 1)) {
         ++pos;
-        while (v.letter(pos)) ++pos;
+        while (word(pos)) ++pos;
         sink.cut(pos);
         continue;
       }
@@ -235,11 +252,11 @@ void split_llama3(const PieceView& v, size_t max_digits, std::vector<Span>* out)
       sink.cut(pos);
       continue;
     }
-    // " ?[^\s\p{L}\p{N}]+[\r\n]*"
+    // " ?[^\s\p{L}\p{N}]+[\r\n]*" (or " ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*")
     const size_t run_start = (cp == ' ') ? pos + 1 : pos;
-    if (v.other(run_start)) {
+    if (other(run_start)) {
       pos = run_start;
-      while (v.other(pos)) ++pos;
+      while (other(pos)) ++pos;
       while (v.cp(pos) == '\r' || v.cp(pos) == '\n') ++pos;
       sink.cut(pos);
       continue;
@@ -376,6 +393,7 @@ enum class Stage {
   kGpt2,
   kLlama3,
   kQwen2,
+  kQwen35,
   kEachNumber,                  // \p{N}
   kNumberRuns,                  // \p{N}+
   kEachNewline,                 // [\r\n]
@@ -399,6 +417,8 @@ std::vector<Stage> stages_for(PreTokenizer kind) {
       return {Stage::kLlama3};
     case PreTokenizer::kQwen2:
       return {Stage::kQwen2};
+    case PreTokenizer::kQwen35:
+      return {Stage::kQwen35};
     case PreTokenizer::kStarcoder:
       return {Stage::kEachNumber, Stage::kGpt2};
     case PreTokenizer::kFalcon:
@@ -418,8 +438,9 @@ std::vector<Stage> stages_for(PreTokenizer kind) {
 void run_stage(Stage stage, const PieceView& v, std::vector<Span>* out) {
   switch (stage) {
     case Stage::kGpt2: return split_gpt2(v, out);
-    case Stage::kLlama3: return split_llama3(v, 3, out);
-    case Stage::kQwen2: return split_llama3(v, 1, out);
+    case Stage::kLlama3: return split_llama3(v, 3, false, out);
+    case Stage::kQwen2: return split_llama3(v, 1, false, out);
+    case Stage::kQwen35: return split_llama3(v, 1, true, out);
     case Stage::kEachNumber: return split_each(v, number_class, out);
     case Stage::kNumberRuns: return split_runs(v, number_class, out);
     case Stage::kEachNewline: return split_each(v, newline_class, out);
@@ -449,6 +470,7 @@ std::vector<Char> decode_chars(std::string_view text) {
     if (!c.space) {
       const Category cat = category(c.cp);
       c.letter = cat == Category::kLetter;
+      c.mark = cat == Category::kMark;
       c.number = cat == Category::kNumber;
       c.punctuation = cat == Category::kPunctuation;
     }

@@ -1,7 +1,7 @@
-// The vocabularies of three current model families (tests/fixtures/vocab/:
-// Qwen3, Llama 3, Gemma 3, vocabulary-only GGUFs) against llama.cpp: its token
-// ids for every test case, its end-of-generation tokens, its special-token
-// partition.
+// The vocabularies of current model families (tests/fixtures/vocab/: Qwen3,
+// Qwen3.5, Llama 3, Gemma 3, vocabulary-only GGUFs) against llama.cpp: its
+// token ids for every test case, its end-of-generation tokens, its
+// special-token partition.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/gguf.h"
+#include "model/gguf_writer.h"
 #include "sipllm/weight_source.h"
 #include "test_support.h"
 #include "text/tokenizer.h"
@@ -27,6 +28,18 @@ using test::ids_to_string;
 std::unique_ptr<Tokenizer> load(const std::string& name) {
   auto source = open_file_source(test::vocab_fixture_path(name));
   return Tokenizer::from_gguf(GgufFile::parse(*source));
+}
+
+// The vocabulary `name` with tokenizer.ggml.pre set to `pre`, everything else
+// as it is.
+std::unique_ptr<Tokenizer> load_with_pre_tokenizer(const std::string& name, const std::string& pre) {
+  auto source = open_file_source(test::vocab_fixture_path(name));
+  const GgufFile file = GgufFile::parse(*source);
+  GgufWriter writer;
+  for (const auto& [key, value] : file.metadata()) writer.set_value(key, value);
+  writer.set_string("tokenizer.ggml.pre", pre);
+  auto copy = make_memory_source(writer.to_bytes());
+  return Tokenizer::from_gguf(GgufFile::parse(*copy));
 }
 
 // SentencePiece writes a space as U+2581. A literal U+2581 in the text is
@@ -96,7 +109,19 @@ INSTANTIATE_TEST_SUITE_P(
                       CaseFile{"qwen3", "llama.cpp-vocab/ggml-vocab-qwen2.gguf", 46},
                       CaseFile{"llama3", "vocab/ggml-vocab-llama3.gguf", 46},
                       CaseFile{"llama3", "llama.cpp-vocab/ggml-vocab-llama-bpe.gguf", 46},
-                      CaseFile{"gemma3", "vocab/ggml-vocab-gemma3.gguf", 64}),
+                      CaseFile{"gemma3", "vocab/ggml-vocab-gemma3.gguf", 64},
+                      // llama.cpp's Qwen3.5 cases (50: the file ends with a
+                      // separator, after which llama.cpp reads no case) on
+                      // its Qwen3.5 test vocabulary, Qwen3's with the qwen35
+                      // pre-tokenizer (made by the build), and on Qwen3's
+                      // itself: llama.cpp gives the same ids with either, so
+                      // these cases do not tell the two splits apart (see
+                      // Qwen35PreTokenizerChangesTheIds).
+                      CaseFile{"qwen35", "vocab/ggml-vocab-qwen35.gguf", 50},
+                      CaseFile{"qwen3", "vocab/ggml-vocab-qwen35.gguf", 50},
+                      // llama.cpp's Gemma 4 cases: the Gemma 3 vocabulary
+                      // gives all of them in llama.cpp.
+                      CaseFile{"gemma3", "vocab/ggml-vocab-gemma-4.cases", 46}),
     [](const ::testing::TestParamInfo<CaseFile>& info) {
       std::string name = std::string(info.param.vocab) + "_" + info.param.cases;
       name = name.substr(0, name.find(".gguf"));
@@ -112,7 +137,8 @@ TEST(VocabRoundTrip, RandomTextDecodesBackExceptSentencePieceMarkers) {
   const std::vector<std::string> alphabet = {
       "a", "Z", "7", "42", " ", "  ", "\n", "\n\n", "\t", "'s", "'LL", "!", "...", "<|im_end|>", "<|eot_id|>",
       "<end_of_turn>", "</s>", "<think>", "<|", "\xE2\x96\x81", "\xC3\xA9", "\xE4\xB8\x80", "\xF0\x9F\xA6\x99",
-      "\xD8\xB9", "\x80", "\xFF", "\xC3", "\xEF\xBB\xBF", std::string(1, '\0'), "Hello", " world"};
+      "\xD8\xB9", "\x80", "\xFF", "\xC3", "\xEF\xBB\xBF", std::string(1, '\0'), "Hello", " world",
+      "\xCC\x81", "\xE1\x9F\x92", "<turn|>", "<|tool_response>"};
   std::mt19937 random(2026);
   std::vector<std::string> texts;
   for (int i = 0; i < 300; ++i) {
@@ -121,7 +147,7 @@ TEST(VocabRoundTrip, RandomTextDecodesBackExceptSentencePieceMarkers) {
     for (int j = 0; j < parts; ++j) text += alphabet[random() % alphabet.size()];
     texts.push_back(text);
   }
-  for (const char* name : {"qwen3", "llama3", "gemma3"}) {
+  for (const char* name : {"qwen3", "qwen35", "llama3", "gemma3"}) {
     SCOPED_TRACE(name);
     const auto tokenizer = load(name);
     for (const std::string& text : texts) {
@@ -130,6 +156,48 @@ TEST(VocabRoundTrip, RandomTextDecodesBackExceptSentencePieceMarkers) {
       EXPECT_EQ(escape(tokenizer->decode(ids)), escape(expected_round_trip(*tokenizer, text)));
     }
   }
+}
+
+// ---------------------------------------------------------------------------
+// Pre-tokenizers
+
+TEST(VocabPreTokenizer, Qwen35PreTokenizerChangesTheIds) {
+  // The same tokens and merges, split by Qwen3.5's pattern (combining marks
+  // stay in their words) and by Qwen2's (a mark goes with what follows it, or
+  // with the punctuation). The split shows in the ids where a merge joins a
+  // letter with a mark, as in Thai; not in decomposed Latin ("e" + U+0301),
+  // where no merge joins a letter with the mark's bytes. (The splits
+  // themselves: TokenizerUnicode.Qwen35MarksJoinLetters.)
+  const auto qwen35 = load("qwen35");
+  const auto qwen3 = load("qwen3");
+  EXPECT_EQ(qwen35->kind(), "gpt2 (byte-level BPE, pre-tokenizer qwen35)");
+  EXPECT_EQ(qwen35->n_vocab(), qwen3->n_vocab());
+  const std::string thai = "\xE0\xB8\xAA\xE0\xB8\xA7\xE0\xB8\xB1\xE0\xB8\xAA\xE0\xB8\x94\xE0\xB8\xB5";  // สวัสดี
+  const std::string latin = "re\xCC\x81sume\xCC\x81!";
+  for (const std::string& text : {thai, latin}) {
+    SCOPED_TRACE(escape(text));
+    EXPECT_EQ(qwen35->decode(qwen35->encode(text, false, false)), text);
+  }
+  EXPECT_NE(qwen35->encode(thai, false, false), qwen3->encode(thai, false, false));
+  EXPECT_EQ(qwen35->encode(latin, false, false), qwen3->encode(latin, false, false));
+  EXPECT_EQ(qwen35->encode("Hello, y'all! 123", false, false), qwen3->encode("Hello, y'all! 123", false, false));
+}
+
+TEST(VocabPreTokenizer, Lfm2IsLlama3s) {
+  // LFM2 and LFM2.5 GGUFs name their pre-tokenizer "lfm2", which llama.cpp
+  // treats as llama-bpe (the Llama 3 pattern, whole-word tokens taken as
+  // they are, BOS by default). On the Llama 3 vocabulary it gives llama.cpp's
+  // llama-bpe ids.
+  const auto lfm2 = load_with_pre_tokenizer("llama3", "lfm2");
+  EXPECT_EQ(lfm2->kind(), "gpt2 (byte-level BPE, pre-tokenizer lfm2)");
+  const std::string base = test::fixture_path("llama.cpp-vocab/ggml-vocab-llama-bpe.gguf");
+  const std::vector<test::VocabCase> cases = test::read_vocab_cases(base + ".inp", base + ".out");
+  ASSERT_EQ(cases.size(), 46u);
+  for (const test::VocabCase& c : cases) {
+    EXPECT_EQ(ids_to_string(lfm2->encode(c.text, false, false)), ids_to_string(c.ids)) << escape(c.text);
+  }
+  // An unknown name is still refused.
+  EXPECT_THROW(load_with_pre_tokenizer("llama3", "lfm3"), Error);
 }
 
 // ---------------------------------------------------------------------------
@@ -155,6 +223,13 @@ TEST(VocabEndOfGeneration, TheTokensLlamaCppStopsOn) {
         {151662, "<|fim_pad|>"},
         {151663, "<|repo_name|>"},
         {151664, "<|file_sep|>"}}},
+      {"qwen35",
+       {{128247, "</s>"},
+        {151643, "<|endoftext|>"},
+        {151645, "<|im_end|>"},
+        {151662, "<|fim_pad|>"},
+        {151663, "<|repo_name|>"},
+        {151664, "<|file_sep|>"}}},
       {"llama3", {{128001, "<|end_of_text|>"}, {128009, "<|eot_id|>"}}},
       {"gemma3", {{1, "<eos>"}, {106, "<end_of_turn>"}, {212, "</s>"}}},
   };
@@ -174,7 +249,7 @@ TEST(VocabEndOfGeneration, TheTokensLlamaCppStopsOn) {
     EXPECT_EQ(tokenizer->end_of_generation_tokens(), ids);
     EXPECT_TRUE(tokenizer->is_end_of_generation(tokenizer->eos()));
     // Qwen3's BOS is "<|endoftext|>", an end; the others' is none.
-    EXPECT_EQ(tokenizer->is_end_of_generation(tokenizer->bos()), std::string(vocab.vocab) == "qwen3");
+    EXPECT_EQ(tokenizer->is_end_of_generation(tokenizer->bos()), std::string(vocab.vocab).rfind("qwen3", 0) == 0);
     EXPECT_FALSE(tokenizer->is_end_of_generation(-1));
     EXPECT_FALSE(tokenizer->is_end_of_generation(tokenizer->n_vocab()));
   }
@@ -190,6 +265,82 @@ TEST(VocabEndOfGeneration, TheTurnStartIsNoEnd) {
   const auto llama = load("llama3");
   EXPECT_EQ(llama->token_text(128006), "<|start_header_id|>");
   EXPECT_FALSE(llama->is_end_of_generation(128006));
+}
+
+// The end-of-turn markers of Gemma 4 and LFM2, whose vocabularies are not in
+// the fixtures: small byte-level vocabularies holding their special-token
+// texts (not at their real ids) with "a" and "b", EOS and BOS as named.
+struct SpecialTexts {
+  const char* family;
+  std::vector<std::string> specials;
+  std::string bos, eos;
+  std::vector<std::string> ends;  // the texts that must end generation
+};
+
+std::unique_ptr<Tokenizer> vocabulary_with(const SpecialTexts& family) {
+  std::vector<std::string> tokens = {"a", "b", "ab"};
+  std::vector<int32_t> types = {1, 1, 1};
+  for (const std::string& text : family.specials) {
+    tokens.push_back(text);
+    types.push_back(static_cast<int32_t>(TokenType::kControl));
+  }
+  const auto id_of = [&](const std::string& text) {
+    return static_cast<uint32_t>(std::find(tokens.begin(), tokens.end(), text) - tokens.begin());
+  };
+  GgufWriter writer;
+  writer.set_string("tokenizer.ggml.model", "gpt2")
+      .set_string("tokenizer.ggml.pre", "gpt-2")
+      .set_string_array("tokenizer.ggml.tokens", tokens)
+      .set_int32_array("tokenizer.ggml.token_type", types)
+      .set_string_array("tokenizer.ggml.merges", {"a b"})
+      .set_uint32("tokenizer.ggml.bos_token_id", id_of(family.bos))
+      .set_uint32("tokenizer.ggml.eos_token_id", id_of(family.eos));
+  auto source = make_memory_source(writer.to_bytes());
+  return Tokenizer::from_gguf(GgufFile::parse(*source));
+}
+
+TEST(VocabEndOfGeneration, TheTurnEndsOfGemma4AndLfm2) {
+  const SpecialTexts families[] = {
+      // Gemma 4: turns are "<|turn>role\n ... <turn|>"; a tool call ends the
+      // model's turn with "<|tool_response>" (the application answers);
+      // thinking is a "<|channel>thought ... <channel|>" block. llama.cpp
+      // ends generation on "<turn|>", "<|tool_response>" and "<eos>", and
+      // there takes "</s>" for text.
+      {"gemma4",
+       {"<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<|turn>", "<turn|>", "<|tool>", "<tool|>", "<|tool_call>",
+        "<tool_call|>", "<|tool_response>", "<tool_response|>", "<|channel>", "<channel|>", "<|think|>",
+        "<|\"|>", "</s>"},
+       "<bos>",
+       "<eos>",
+       {"<eos>", "<turn|>", "<|tool_response>"}},
+      // LFM2 and LFM2.5: ChatML turns, tool calls and responses between
+      // their own markers inside a turn.
+      {"lfm2",
+       {"<|pad|>", "<|startoftext|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|tool_list_start|>",
+        "<|tool_list_end|>", "<|tool_call_start|>", "<|tool_call_end|>", "<|tool_response_start|>",
+        "<|tool_response_end|>", "<think>", "</think>"},
+       "<|startoftext|>",
+       "<|im_end|>",
+       {"<|endoftext|>", "<|im_end|>"}},
+  };
+  for (const SpecialTexts& family : families) {
+    SCOPED_TRACE(family.family);
+    const auto tokenizer = vocabulary_with(family);
+    std::vector<std::string> ends;
+    for (int32_t id : tokenizer->end_of_generation_tokens()) ends.emplace_back(tokenizer->token_text(id));
+    std::vector<std::string> expected = family.ends;
+    std::sort(ends.begin(), ends.end());
+    std::sort(expected.begin(), expected.end());
+    EXPECT_EQ(ends, expected);
+    EXPECT_TRUE(tokenizer->is_end_of_generation(tokenizer->eos()));
+    EXPECT_FALSE(tokenizer->is_end_of_generation(tokenizer->bos()));
+  }
+  // Gemma 4's "</s>" is ordinary text: a normal token, matched in plain text.
+  const auto gemma4 = vocabulary_with(families[0]);
+  const int32_t s = static_cast<int32_t>(3 + 17);
+  ASSERT_EQ(gemma4->token_text(s), "</s>");
+  EXPECT_EQ(gemma4->token_type(s), TokenType::kNormal);
+  EXPECT_FALSE(gemma4->is_end_of_generation(s));
 }
 
 TEST(VocabEndOfGeneration, GemmaEndOfSentenceIsAControlTokenNow) {
