@@ -5,7 +5,6 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { InvalidArgumentError, SipLLM, UnsupportedError, renderChatTemplate } from '../dist/index.js';
-import type { ChatMessage } from '../dist/index.js';
 import { collect, modelPath, repoRoot } from './support.js';
 
 // The ChatML template as SmolLM and Qwen ship it.
@@ -40,53 +39,9 @@ describe('chat templates', () => {
   });
 });
 
-// The real templates of three model families (tests/fixtures/vocab/, taken
-// from their GGUFs; a native test checks they still equal the files' keys),
-// against what Jinja2 renders from them as transformers' apply_chat_template
-// does (tests/fixtures/vocab/render_chat_templates.py wrote the expectations).
-interface Rendering {
-  case: string;
-  addGenerationPrompt: boolean;
-  variables: Record<string, unknown>;
-  messages: ChatMessage[];
-  expected?: string;
-  error?: string;
-}
-
-interface RenderingFile {
-  bosToken: string;
-  eosToken: string;
-  renderings: Rendering[];
-}
-
+// The real templates of model families against Jinja2's renderings of them:
+// chat-templates.test.ts.
 const vocabFixtures = join(repoRoot, 'tests/fixtures/vocab');
-
-describe.each(['qwen3', 'llama3', 'gemma3'])('the %s chat template', (name) => {
-  const template = readFileSync(join(vocabFixtures, `${name}.chat_template.jinja`), 'utf8');
-  const file = JSON.parse(readFileSync(join(vocabFixtures, `${name}.chat_renderings.json`), 'utf8')) as RenderingFile;
-
-  it('has renderings to compare with, with and without the generation prompt', () => {
-    const withSystem = file.renderings.filter((r) => r.messages[0]?.role === 'system' && r.expected !== undefined);
-    expect(withSystem.some((r) => r.addGenerationPrompt)).toBe(true);
-    expect(withSystem.some((r) => !r.addGenerationPrompt)).toBe(true);
-  });
-
-  it.each(file.renderings.map((r) => [`${r.case}, generation prompt ${r.addGenerationPrompt}`, r] as const))(
-    'renders %s as Jinja2 does', (_title, rendering) => {
-      const render = () => renderChatTemplate(template, rendering.messages, {
-        bosToken: file.bosToken,
-        eosToken: file.eosToken,
-        addGenerationPrompt: rendering.addGenerationPrompt,
-        variables: rendering.variables,
-      });
-      if (rendering.error !== undefined) {
-        expect(render).toThrow(InvalidArgumentError);
-        expect(render).toThrow(rendering.error);
-      } else {
-        expect(render()).toBe(rendering.expected);
-      }
-    });
-});
 
 describe('the Gemma 3 template', () => {
   it('folds the system prompt into the first user turn', () => {
