@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "model/gguf.h"
+#include "model/model_description.h"
 #include "sipllm/engine.h"
 #include "test_support.h"
 
@@ -115,15 +116,69 @@ TEST(BadInput, UnsupportedTensorType) {
 TEST(BadInput, UnsupportedArchitectureListsTheSupportedOnes) {
   GgufWriter writer = test::random_llama_writer();
   writer.set_string("general.architecture", "mamba");
-  expect_failure(writer.to_bytes(), ErrorKind::kUnsupported,
-                 "architecture 'mamba' (general.architecture) is not supported; this engine runs "
-                 "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3");
+  const Failure f = open_failure(writer.to_bytes());
+  EXPECT_EQ(f.kind, ErrorKind::kUnsupported);
+  EXPECT_NE(f.message.find("architecture 'mamba' (general.architecture) is not supported; this engine runs llama, "
+                           "qwen2, qwen3, gemma2, gemma3"),
+            std::string::npos)
+      << f.message;
+  for (const Family& family : supported_families()) {
+    EXPECT_NE(f.message.find(family.architecture), std::string::npos) << family.architecture << ": " << f.message;
+  }
 }
 
 TEST(BadInput, EveryFamilyOpens) {
-  for (const char* family : {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "smollm3"}) {
-    EXPECT_NO_THROW(Engine::open(make_memory_source(test::random_family_writer(family).to_bytes()))) << family;
+  for (const Family& family : supported_families()) {
+    EXPECT_NO_THROW(Engine::open(make_memory_source(test::random_family_writer(family.architecture).to_bytes())))
+        << family.architecture;
   }
+}
+
+// The hybrid families' recurrent layers: tiny qwen35 (layers 0-2 DeltaNet,
+// key heads 2, value heads 4 of 16, conv kernel 4) and lfm2 (layer 2
+// attends, the others are short convolutions of 3).
+TEST(BadInput, ARecurrentLayersMissingTensorIsNamed) {
+  GgufWriter writer = test::random_family_writer("qwen35");
+  ASSERT_TRUE(writer.remove_tensor("blk.1.ssm_a"));
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat, "missing tensor 'blk.1.ssm_a'");
+  // Layer 3 made recurrent: it has attention's tensors, not DeltaNet's.
+  writer = test::random_family_writer("qwen35");
+  writer.set_uint32("qwen35.full_attention_interval", 5);
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat, "missing tensor 'blk.3.attn_qkv.weight'");
+  writer = test::random_family_writer("lfm2");
+  ASSERT_TRUE(writer.remove_tensor("blk.0.shortconv.conv.weight"));
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat, "missing tensor 'blk.0.shortconv.conv.weight'");
+}
+
+TEST(BadInput, AConvolutionLengthOrStateSizeThatContradictsTheTensors) {
+  GgufWriter writer = test::random_family_writer("qwen35");
+  writer.set_uint32("qwen35.ssm.conv_kernel", 3);
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat,
+                 "tensor 'blk.0.ssm_conv1d.weight' has shape [4, 128], expected [3, 128]");
+  writer = test::random_family_writer("qwen35");
+  writer.set_uint32("qwen35.ssm.state_size", 8);
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat, "tensor 'blk.0.attn_qkv.weight' has shape [64, 128]");
+  writer = test::random_family_writer("lfm2");
+  writer.set_uint32("lfm2.shortconv.l_cache", 5);
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat,
+                 "tensor 'blk.0.shortconv.conv.weight' has shape [3, 64], expected [5, 64]");
+  writer.set_uint32("lfm2.shortconv.l_cache", 1000);
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat, "lfm2.shortconv.l_cache) is more than the 16");
+}
+
+TEST(BadInput, AnInconsistentHeadSplitIsNamed) {
+  GgufWriter writer = test::random_family_writer("qwen35");
+  writer.set_uint32("qwen35.ssm.time_step_rank", 3);  // 64 values in 3 heads
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat, "qwen35.ssm.inner_size 64 must split evenly into");
+  writer = test::random_family_writer("qwen35");
+  writer.set_uint32("qwen35.ssm.group_count", 3);  // 4 value heads over 3 key heads
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat, "a multiple of qwen35.ssm.group_count 3 key heads");
+  writer = test::random_family_writer("lfm2");
+  writer.set_int32_array("lfm2.attention.head_count_kv", {0, 0, 2});
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat, "lfm2.attention.head_count_kv has 3 entries for 4 layers");
+  writer.set_int32_array("lfm2.attention.head_count_kv", {0, 1, 2, 0});
+  expect_failure(writer.to_bytes(), ErrorKind::kUnsupported,
+                 "lfm2.attention.head_count_kv gives the attention layers different head counts");
 }
 
 // A file of one family relabelled as another: its keys move to the new

@@ -1,5 +1,7 @@
 #include "model/gguf_writer.h"
 
+#include <algorithm>
+
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -164,6 +166,13 @@ GgufWriter& GgufWriter::set_value(const std::string& key, const GgufValue& v) {
   put_value(e, v);
   store_encoded(key, std::move(e));
   return *this;
+}
+
+bool GgufWriter::remove_tensor(const std::string& name) {
+  const auto found = std::find_if(tensors_.begin(), tensors_.end(), [&](const Tensor& t) { return t.name == name; });
+  if (found == tensors_.end()) return false;
+  tensors_.erase(found);
+  return true;
 }
 
 void GgufWriter::add_tensor(const std::string& name, const std::vector<uint64_t>& dims,

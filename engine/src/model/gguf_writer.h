@@ -38,6 +38,8 @@ class GgufWriter {
   using Producer = std::function<void(std::vector<uint8_t>& bytes)>;
   void add_tensor(const std::string& name, const std::vector<uint64_t>& dims, uint32_t type_id,
                   uint64_t bytes, Producer produce);
+  // Drops a tensor added before (a test's damaged file); false when there is none.
+  bool remove_tensor(const std::string& name);
   void add_tensor(const std::string& name, const std::vector<uint64_t>& dims, TensorType type,
                   std::vector<uint8_t> data);
 

@@ -2,6 +2,7 @@
 
 #include "model/model_description.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -89,7 +90,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 std::vector<std::string> shape_preset_names() {
   return {"tiny", "tiny-k", "kquant-small", "smollm-135m", "qwen2.5-0.5b", "qwen3-0.6b", "gemma3-1b",
-          "llama-3.2-1b", "llama-3.1-8b"};
+          "llama-3.2-1b", "llama-3.1-8b", "qwen3.5-0.8b", "qwen3.5-2b", "lfm2.5-1.2b"};
 }
 
 ShapePreset shape_preset(const std::string& name) {
@@ -126,6 +127,27 @@ ShapePreset shape_preset(const std::string& name) {
   } else if (name == "llama-3.1-8b") {
     s.dim = 4096, s.n_layers = 32, s.n_heads = 32, s.n_kv_heads = 8, s.hidden_dim = 14336;
     s.context_length = 131072, s.rope_freq_base = 500000.0f, s.llama3_rope_factor = 8, s.tied_output = false;
+  } else if (name == "qwen3.5-0.8b" || name == "qwen3.5-2b") {
+    // Qwen/Qwen3.5-0.8B's config.json (text_config): hidden 1024, 24 layers,
+    // 8 heads of 256 and 2 KV heads, intermediate 3584, full attention every
+    // 4th layer, linear attention 16 key and 16 value heads of 128, conv
+    // kernel 4, partial rotary 0.25, rope theta 1e7, tied. Qwen3.5-2B: the
+    // same with hidden 2048 and intermediate 6144.
+    s.architecture = "qwen35";
+    const bool small = name == "qwen3.5-0.8b";
+    s.dim = small ? 1024 : 2048, s.n_layers = 24, s.n_heads = 8, s.n_kv_heads = 2, s.head_dim = 256;
+    s.hidden_dim = small ? 3584 : 6144;
+    s.context_length = 262144, s.rope_freq_base = 10000000.0f, s.rms_eps = 1e-6f, s.rope_dims = 64;
+    s.conv_kernel = 4, s.full_attention_interval = 4, s.ssm_key_heads = 16, s.ssm_value_heads = 16, s.ssm_head = 128;
+  } else if (name == "lfm2.5-1.2b") {
+    // LiquidAI/LFM2-1.2B's config.json, whose architecture LFM2.5-1.2B
+    // keeps: hidden 2048, 16 layers, 32 heads of 64 and 8 KV heads,
+    // intermediate 8192 (block_ff_dim 12288 auto-adjusted), attention on
+    // layers 2, 5, 8, 10, 12, 14, conv_L_cache 3, rope theta 1e6, tied.
+    s.architecture = "lfm2";
+    s.dim = 2048, s.n_layers = 16, s.n_heads = 32, s.n_kv_heads = 8, s.hidden_dim = 8192;
+    s.context_length = 128000, s.rope_freq_base = 1000000.0f;
+    s.conv_kernel = 3, s.attention_layers = {2, 5, 8, 10, 12, 14};
   } else {
     std::string known;
     for (const std::string& n : shape_preset_names()) known += (known.empty() ? "" : ", ") + n;
@@ -206,9 +228,11 @@ std::vector<float> llama3_rope_factors(const ShapePreset& s) {
   return factors;
 }
 
-void add_floats(GgufWriter& writer, const std::string& name, std::vector<float> values) {
+void add_floats(GgufWriter& writer, const std::string& name, std::vector<float> values,
+                std::vector<uint64_t> dims = {}) {
   const auto n = static_cast<uint64_t>(values.size());
-  writer.add_tensor(name, {n}, static_cast<uint32_t>(TensorType::kF32), n * 4,
+  if (dims.empty()) dims = {n};
+  writer.add_tensor(name, dims, static_cast<uint32_t>(TensorType::kF32), n * 4,
                     [values = std::move(values)](std::vector<uint8_t>& out) {
                       out.resize(values.size() * 4);
                       std::memcpy(out.data(), values.data(), out.size());
@@ -244,6 +268,26 @@ void build_random_model(const GgufFile& vocab, const GeneratorOptions& options, 
   shape.head_dim = s.head_dim > 0 ? s.head_dim : s.dim / s.n_heads;
   shape.hidden_dim = s.hidden_dim;
   shape.n_vocab = static_cast<int>(n_vocab);
+  // Which layers attend, and the recurrent layers' sizes (defaults from the
+  // attention shape where the preset gives none).
+  std::vector<bool> attends(static_cast<size_t>(s.n_layers), true);
+  if (family->hybrid == HybridLayers::kFullAttentionInterval) {
+    const int interval = s.full_attention_interval > 0 ? s.full_attention_interval : 4;
+    for (int l = 0; l < s.n_layers; ++l) attends[static_cast<size_t>(l)] = (l + 1) % interval == 0;
+    shape.conv_kernel = s.conv_kernel > 0 ? s.conv_kernel : 4;
+    shape.ssm_key_heads = s.ssm_key_heads > 0 ? s.ssm_key_heads : s.n_kv_heads;
+    shape.ssm_value_heads = s.ssm_value_heads > 0 ? s.ssm_value_heads : s.n_heads;
+    shape.ssm_head_k = s.ssm_head > 0 ? s.ssm_head : shape.head_dim;
+    shape.ssm_inner = shape.ssm_value_heads * shape.ssm_head_k;
+  } else if (family->hybrid == HybridLayers::kZeroKvHeads) {
+    for (int l = 0; l < s.n_layers; ++l) {
+      attends[static_cast<size_t>(l)] =
+          s.attention_layers.empty()
+              ? l % 3 == 2
+              : std::find(s.attention_layers.begin(), s.attention_layers.end(), l) != s.attention_layers.end();
+    }
+    shape.conv_kernel = s.conv_kernel > 0 ? s.conv_kernel : 3;
+  }
 
   const std::string a = s.architecture + ".";
   writer.set_string("general.architecture", s.architecture);
@@ -256,12 +300,28 @@ void build_random_model(const GgufFile& vocab, const GeneratorOptions& options, 
   writer.set_uint32(a + "block_count", static_cast<uint32_t>(s.n_layers));
   writer.set_uint32(a + "feed_forward_length", static_cast<uint32_t>(s.hidden_dim));
   writer.set_uint32(a + "attention.head_count", static_cast<uint32_t>(s.n_heads));
-  writer.set_uint32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
+  if (family->hybrid == HybridLayers::kZeroKvHeads) {
+    std::vector<int32_t> kv_heads;
+    for (bool a_layer : attends) kv_heads.push_back(a_layer ? s.n_kv_heads : 0);
+    writer.set_int32_array(a + "attention.head_count_kv", kv_heads);
+    writer.set_uint32(a + "shortconv.l_cache", static_cast<uint32_t>(shape.conv_kernel));
+  } else {
+    writer.set_uint32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
+  }
+  if (family->hybrid == HybridLayers::kFullAttentionInterval) {
+    writer.set_uint32(a + "full_attention_interval",
+                      static_cast<uint32_t>(s.full_attention_interval > 0 ? s.full_attention_interval : 4));
+    writer.set_uint32(a + "ssm.conv_kernel", static_cast<uint32_t>(shape.conv_kernel));
+    writer.set_uint32(a + "ssm.state_size", static_cast<uint32_t>(shape.ssm_head_k));
+    writer.set_uint32(a + "ssm.group_count", static_cast<uint32_t>(shape.ssm_key_heads));
+    writer.set_uint32(a + "ssm.time_step_rank", static_cast<uint32_t>(shape.ssm_value_heads));
+    writer.set_uint32(a + "ssm.inner_size", static_cast<uint32_t>(shape.ssm_inner));
+  }
   if (s.head_dim > 0) {
     writer.set_uint32(a + "attention.key_length", static_cast<uint32_t>(s.head_dim));
     writer.set_uint32(a + "attention.value_length", static_cast<uint32_t>(s.head_dim));
   }
-  writer.set_uint32(a + "rope.dimension_count", static_cast<uint32_t>(shape.head_dim));
+  writer.set_uint32(a + "rope.dimension_count", static_cast<uint32_t>(s.rope_dims > 0 ? s.rope_dims : shape.head_dim));
   writer.set_float32(a + "rope.freq_base", s.rope_freq_base);
   writer.set_float32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
   if (s.sliding_window > 0) writer.set_uint32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
@@ -293,13 +353,21 @@ void build_random_model(const GgufFile& vocab, const GeneratorOptions& options, 
                       random_row(seed, r, std_dev, row);
                     });
   };
-  // Norm weights near 1, biases small.
-  auto add_vector = [&](const std::string& name, uint64_t n) {
+  // Norm weights near 1, biases small; a convolution's taps spread around 0,
+  // DeltaNet's decay rates negative.
+  auto add_vector = [&](const std::string& name, std::vector<uint64_t> dims) {
     Random random(seed_of(name));
     const bool bias = ends_with(name, ".bias");
+    const bool taps = name.find("conv") != std::string::npos;
+    const bool decay = ends_with(name, ".ssm_a");
+    uint64_t n = 1;
+    for (uint64_t d : dims) n *= d;
     std::vector<float> w(n);
-    for (float& x : w) x = bias ? 0.1f * random.symmetric() : 1.0f + 0.1f * random.symmetric();
-    add_floats(writer, name, std::move(w));
+    for (float& x : w) {
+      const float r = random.symmetric();
+      x = bias ? 0.1f * r : taps ? 0.3f * r : decay ? -std::exp(0.5f * r) : 1.0f + 0.1f * r;
+    }
+    add_floats(writer, name, std::move(w), std::move(dims));
   };
 
   const auto dim = static_cast<uint64_t>(s.dim);
@@ -310,16 +378,20 @@ void build_random_model(const GgufFile& vocab, const GeneratorOptions& options, 
                   });
   if (s.llama3_rope_factor > 0) add_floats(writer, "rope_freqs.weight", llama3_rope_factors(s));
   for (int l = 0; l < s.n_layers; ++l) {
+    const LayerKind kind = attends[static_cast<size_t>(l)] ? LayerKind::kAttention : family->recurrent_kind;
     for (const TensorSpec& spec : family->block) {
+      if ((spec.layers & TensorSpec::only(kind)) == 0) continue;
       const std::string name = "blk." + std::to_string(l) + "." + spec.name;
       if (spec.is_vector()) {
-        add_vector(name, shape.size(spec.shape[0]));
+        std::vector<uint64_t> dims;
+        for (Dim d : spec.shape) dims.push_back(shape.size(d));
+        add_vector(name, dims);
       } else {
         add_matrix(name, l, shape.size(spec.shape[0]), shape.size(spec.shape[1]));
       }
     }
   }
-  add_vector("output_norm.weight", dim);
+  add_vector(family->output_norm, {dim});
   if (s.tied_output) return;
   // Output row j: a random row, plus successor_bias times the embedding of
   // the token whose successor j is under a fixed random permutation.

@@ -32,13 +32,28 @@ struct ShapePreset {
   bool tied_output = true;
   int sliding_window = 0;     // attention.sliding_window, for families that slide
   float llama3_rope_factor = 0;  // > 0: rope_freqs.weight as Llama 3.x converts it
+  int rope_dims = 0;             // rotating elements of a head; 0: all of them
+  // Hybrid families (0 or empty: the generator's defaults for the family,
+  // from the attention shape). Qwen3.5: every full_attention_interval-th
+  // layer attends, the others are DeltaNet layers with ssm_key_heads key
+  // heads and ssm_value_heads value heads of ssm_head each. LFM2: the layers
+  // in attention_layers attend, the others are short convolutions.
+  int conv_kernel = 0;
+  int full_attention_interval = 0;
+  int ssm_key_heads = 0;
+  int ssm_value_heads = 0;
+  int ssm_head = 0;
+  std::vector<int> attention_layers;
 };
 
 // Known shapes: "tiny" (tests), "tiny-k" (tests of K-quants: every row a
 // multiple of 256, and an untied output head), "kquant-small" (every row a
 // multiple of 256), and the published models' shapes "smollm-135m",
 // "qwen2.5-0.5b" (qwen2, with Q/K/V biases), "qwen3-0.6b", "gemma3-1b",
-// "llama-3.2-1b" (with rope_freqs) and "llama-3.1-8b". Throws for an unknown name.
+// "llama-3.2-1b" (with rope_freqs), "llama-3.1-8b", "qwen3.5-0.8b",
+// "qwen3.5-2b" (qwen35: DeltaNet with every fourth layer attending) and
+// "lfm2.5-1.2b" (lfm2: short convolutions with six attention layers).
+// Throws for an unknown name.
 ShapePreset shape_preset(const std::string& name);
 std::vector<std::string> shape_preset_names();
 
