@@ -106,6 +106,8 @@ struct ResultSpec {
   X(prefillBytesRead, kNumber, prefill_bytes_read, "", "")                                            \
   X(decodeBytesRead, kNumber, decode_bytes_read, "", "")                                              \
   X(kvCacheBytes, kNumber, kv_cache_bytes, "", "")                                                    \
+  X(recurrentStateBytes, kNumber, recurrent_state_bytes, "",                                          \
+    "A hybrid model's recurrent state and its checkpoint (0 for other models).")                      \
   X(loader, kNested, loader, "LoaderStats", "This request's loader counters.")                        \
   X(prefillParallel, kNested, prefill_parallel, "ParallelTime", "")                                   \
   X(decodeParallel, kNested, decode_parallel, "ParallelTime", "")                                     \

@@ -187,6 +187,7 @@ void print_report(const GenerationStats& s, const GenerationStats* again, const 
               mb(l.resident_bytes), l.resident_units, mb(l.ring_bytes), l.streamed_units,
               mb(l.peak_weight_bytes));
   std::printf("KV cache          %.3f MB\n", mb(s.kv_cache_bytes));
+  if (s.recurrent_state_bytes > 0) std::printf("recurrent state   %.3f MB (with its checkpoint)\n", mb(s.recurrent_state_bytes));
   std::printf("peak RSS          %.1f MB\n", mb(peak_rss));
   (void)common;
 }

@@ -236,6 +236,8 @@ export interface EngineGenerationStats {
   prefillBytesRead: number;
   decodeBytesRead: number;
   kvCacheBytes: number;
+  /** A hybrid model's recurrent state and its checkpoint (0 for other models). */
+  recurrentStateBytes: number;
   /** This request's loader counters. */
   loader: LoaderStats;
   prefillParallel: ParallelTime;

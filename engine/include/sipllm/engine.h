@@ -228,6 +228,9 @@ struct GenerationStats {
   uint64_t prefill_bytes_read = 0;
   uint64_t decode_bytes_read = 0;
   size_t kv_cache_bytes = 0;
+  // A hybrid model's recurrent state (convolution histories, DeltaNet
+  // matrices) and its checkpoint: a fixed size, whatever the context.
+  size_t recurrent_state_bytes = 0;
   LoaderStats loader;  // this request's loader counters
   ParallelTime prefill_parallel;
   ParallelTime decode_parallel;

@@ -403,6 +403,7 @@ class EngineImpl final : public Engine {
     stats.loader = loader_.stats();
     stats.decode_bytes_read = stats.loader.bytes_consumed - stats.prefill_bytes_read;
     stats.kv_cache_bytes = cache_.allocated_bytes();
+    stats.recurrent_state_bytes = state_.allocated_bytes();
     return stats;
   }
 

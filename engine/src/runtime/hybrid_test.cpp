@@ -159,6 +159,21 @@ TEST(Hybrid, ResetForgetsTheState) {
   EXPECT_EQ(fresh->evaluate(prompt), engine->evaluate(prompt));
 }
 
+// The state's memory in the stats: qwen35's three DeltaNet layers each keep
+// 3 rows of the 1024 convolved channels and 4 heads' 128 x 128 matrices,
+// twice (the checkpoint); the KV cache has pages for its one attention layer
+// only.
+TEST(Hybrid, TheStateAndTheCacheAreCountedForTheLayersThatKeepThem) {
+  auto engine = open_fixture("qwen35-Q8_0.gguf");
+  GenerationStats stats;
+  test::generate_text(*engine, prompt_of(20), test::greedy(2), &stats);
+  EXPECT_EQ(stats.recurrent_state_bytes, 2u * 3u * (3u * 1024u + 4u * 128u * 128u) * sizeof(float));
+  EXPECT_EQ(stats.kv_cache_bytes, 2u * 256u * 256u * 2u);  // K and V, one page of 256 positions, 256 halves each
+  auto dense = Engine::open(open_file_source(fixture("qwen3-Q8_0.gguf")));
+  test::generate_text(*dense, prompt_of(20), test::greedy(2), &stats);
+  EXPECT_EQ(stats.recurrent_state_bytes, 0u);
+}
+
 // Fails every read at or past `from` while armed: a prefill that stops
 // partway through the blocks.
 class FailingSource final : public WeightSource {

@@ -52,8 +52,10 @@ class RecurrentState {
   // it is at most common, else 0 (a cleared state).
   int resume(int common);
 
-  // Bytes of the live state, and of the live state with its checkpoint.
+  // Bytes of the live state; of it and its checkpoint as allocated; as a
+  // budget must count them.
   size_t bytes() const { return live_.size() * sizeof(float); }
+  size_t allocated_bytes() const { return (live_.capacity() + checkpoint_.capacity()) * sizeof(float); }
   static size_t bytes_with_checkpoint(const ModelDescription& model);
 
  private:
