@@ -49,8 +49,11 @@ for (const family of FAMILIES) {
     // the page's other figures.
     const probe = await SipLLM.load(url, { threads: 2, contextLength: CONTEXT, cache: false, memoryBudget: 0 });
     const working = probe.stats().loader.workingBytes;
+    // qwen35's fixture has four blocks, the largest 30 % of the file: the
+    // weights' share is then one buffer of it, the least a ring takes.
+    const weights = Math.max(quarter, ...probe.stats().loader.units.map((unit) => unit.memoryBytes));
     await probe.unload();
-    const budgetMb = Math.ceil((working + quarter) / 1e3) / 1e3;
+    const budgetMb = Math.ceil((working + weights) / 1e3) / 1e3;
     await expectReady(page, await openDemo(page));
     await setFields(page, { threads: 2, 'memory-budget': budgetMb, 'context-length': CONTEXT, temperature: 0,
                             'max-tokens': TOKENS });
@@ -63,7 +66,7 @@ for (const family of FAMILIES) {
     // Chromium has relaxed SIMD: this text came from its 8-bit dot products
     // (the file's Q4_K, Q5_0 and Q6_K tensors), the native text from SSSE3's.
     expect(stats.build).toBe('relaxed');
-    expect(stats.loader.residentBytes + stats.loader.ringBytes).toBeLessThanOrEqual(quarter + 2e3);
+    expect(stats.loader.residentBytes + stats.loader.ringBytes).toBeLessThanOrEqual(weights + 2e3);
     expect(stats.loader.peakWeightBytes + stats.loader.workingBytes).toBeLessThanOrEqual(budgetMb * 1e6);
     expect(stats.loader.units.filter((unit) => !unit.resident).length).toBeGreaterThan(0);
   });

@@ -38,14 +38,17 @@ describe('every family over HTTP under a quarter budget', () => {
       const options = { threads: 2, cache: false, contextLength: 64, prefillChunk: 16 };
       const probe = await SipLLM.load(url, { ...options, memoryBudget: 0 });
       const working = probe.stats().loader.workingBytes;
+      // qwen35's fixture has four blocks, the largest 30 % of the file: the
+      // weights' share is then one buffer of it, the least a ring takes.
+      const weights = Math.max(quarter, ...probe.stats().loader.units.map((unit) => unit.memoryBytes));
       await probe.unload();
-      const budget = working + quarter;
+      const budget = working + weights;
       const llm = await SipLLM.load(url, { ...options, memoryBudget: budget });
       try {
         expect(llm.info.architecture).toBe(family === 'llama3' ? 'llama' : family);
         expect(await collect(llm.generate(PROMPT, { maxTokens: TOKENS, temperature: 0 }))).toBe(expected);
         const { loader } = llm.stats();
-        expect(loader.residentBytes + loader.ringBytes).toBeLessThanOrEqual(quarter);
+        expect(loader.residentBytes + loader.ringBytes).toBeLessThanOrEqual(weights);
         expect(loader.peakWeightBytes + loader.workingBytes).toBeLessThanOrEqual(budget);
         expect(loader.units.filter((unit) => !unit.resident).length).toBeGreaterThan(0);
       } finally {

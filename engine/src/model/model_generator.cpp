@@ -139,6 +139,7 @@ ShapePreset shape_preset(const std::string& name) {
     s.hidden_dim = small ? 3584 : 6144;
     s.context_length = 262144, s.rope_freq_base = 10000000.0f, s.rms_eps = 1e-6f, s.rope_dims = 64;
     s.conv_kernel = 4, s.full_attention_interval = 4, s.ssm_key_heads = 16, s.ssm_value_heads = 16, s.ssm_head = 128;
+    s.vocab_size = 248320;
   } else if (name == "lfm2.5-1.2b") {
     // LiquidAI/LFM2-1.2B's config.json, whose architecture LFM2.5-1.2B
     // keeps: hidden 2048, 16 layers, 32 heads of 64 and 8 KV heads,
@@ -148,6 +149,7 @@ ShapePreset shape_preset(const std::string& name) {
     s.dim = 2048, s.n_layers = 16, s.n_heads = 32, s.n_kv_heads = 8, s.hidden_dim = 8192;
     s.context_length = 128000, s.rope_freq_base = 1000000.0f;
     s.conv_kernel = 3, s.attention_layers = {2, 5, 8, 10, 12, 14};
+    s.vocab_size = 65536;
   } else {
     std::string known;
     for (const std::string& n : shape_preset_names()) known += (known.empty() ? "" : ", ") + n;
@@ -256,7 +258,8 @@ void build_random_model(const GgufFile& vocab, const GeneratorOptions& options, 
   if (tokens == nullptr) {
     throw Error(ErrorKind::kFormat, "the vocabulary file has no tokenizer.ggml.tokens");
   }
-  const auto n_vocab = static_cast<uint64_t>(tokens->strings.size());
+  const auto file_vocab = static_cast<uint64_t>(tokens->strings.size());
+  const uint64_t n_vocab = std::max<uint64_t>(file_vocab, static_cast<uint64_t>(std::max(0, s.vocab_size)));
 
   // The shape in the description's terms, so every tensor's size comes from
   // the same formulas the loader checks it against.
@@ -288,6 +291,17 @@ void build_random_model(const GgufFile& vocab, const GeneratorOptions& options, 
     }
     shape.conv_kernel = s.conv_kernel > 0 ? s.conv_kernel : 3;
   }
+  // Gemma 4 (a sliding flag per layer): every fifth layer attends fully, as
+  // in E2B, all with heads of one size; per-layer inputs of dim / 8 floats
+  // per layer; no shared K/V.
+  std::vector<bool> slides(static_cast<size_t>(s.n_layers), false);
+  if (family->sliding_window_flags) {
+    for (int l = 0; l < s.n_layers; ++l) slides[static_cast<size_t>(l)] = l % 5 != 4;
+    shape.n_embd_per_layer = std::max(4, s.dim / 8);
+  }
+  LayerShape layer_shape;  // every layer's sizes alike
+  layer_shape.head_dim = shape.head_dim;
+  layer_shape.hidden_dim = shape.hidden_dim;
 
   const std::string a = s.architecture + ".";
   writer.set_string("general.architecture", s.architecture);
@@ -325,9 +339,38 @@ void build_random_model(const GgufFile& vocab, const GeneratorOptions& options, 
   writer.set_float32(a + "rope.freq_base", s.rope_freq_base);
   writer.set_float32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
   if (s.sliding_window > 0) writer.set_uint32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+  if (family->sliding_window_flags) {
+    GgufValue pattern;
+    pattern.type = GgufType::kArray;
+    pattern.element_type = GgufType::kBool;
+    for (bool slide : slides) pattern.integers.push_back(slide ? 1 : 0);
+    writer.set_value(a + "attention.sliding_window_pattern", pattern);
+    writer.set_uint32(a + "attention.key_length_swa", static_cast<uint32_t>(shape.head_dim));
+    writer.set_uint32(a + "attention.value_length_swa", static_cast<uint32_t>(shape.head_dim));
+    writer.set_uint32(a + "rope.dimension_count_swa", static_cast<uint32_t>(shape.head_dim));
+    writer.set_float32(a + "rope.freq_base_swa", 10000.0f);
+    writer.set_uint32(a + "embedding_length_per_layer_input", static_cast<uint32_t>(shape.n_embd_per_layer));
+  }
   writer.set_uint32(a + "vocab_size", static_cast<uint32_t>(n_vocab));
   for (const auto& [key, value] : vocab.metadata()) {
     if (key.rfind("tokenizer.", 0) == 0) writer.set_value(key, value);
+  }
+  if (n_vocab > file_vocab) {
+    // The vocabulary padded with unused tokens (never produced by the
+    // tokenizer, and no merges make them) to the model's size.
+    std::vector<std::string> names = tokens->strings;
+    for (uint64_t i = file_vocab; i < n_vocab; ++i) names.push_back("<|sipllm_unused_" + std::to_string(i) + "|>");
+    writer.set_string_array("tokenizer.ggml.tokens", names);
+    if (const GgufValue* types = vocab.find_array("tokenizer.ggml.token_type", GgufType::kInt32)) {
+      std::vector<int32_t> padded(types->integers.begin(), types->integers.end());
+      padded.resize(n_vocab, 5);  // unused
+      writer.set_int32_array("tokenizer.ggml.token_type", padded);
+    }
+    if (const GgufValue* scores = vocab.find_array("tokenizer.ggml.scores", GgufType::kFloat32)) {
+      std::vector<float> padded(scores->reals.begin(), scores->reals.end());
+      padded.resize(n_vocab, -1e9f);
+      writer.set_float32_array("tokenizer.ggml.scores", padded);
+    }
   }
 
   // Each matrix row is made on demand from `make_row(r, row)`, then encoded.
@@ -377,18 +420,38 @@ void build_random_model(const GgufFile& vocab, const GeneratorOptions& options, 
                     random_row(seed, r, embedding_std, row);
                   });
   if (s.llama3_rope_factor > 0) add_floats(writer, "rope_freqs.weight", llama3_rope_factors(s));
+  if (family->rope_factors == RopeFactors::kFreqsFullAttention) {
+    // Gemma 4's proportional RoPE: the first quarter of the pairs turn, the
+    // others (factor 1e30) do not.
+    std::vector<float> factors(static_cast<size_t>(shape.head_dim / 2), 1e30f);
+    std::fill_n(factors.begin(), factors.size() / 4, 1.0f);
+    add_floats(writer, "rope_freqs.weight", std::move(factors));
+  }
+  if (shape.n_embd_per_layer > 0) {
+    add_matrix_rows("per_layer_token_embd.weight", -1, shape.size(Dim::kEmbdAllLayers), n_vocab,
+                    [seed = seed_of("per_layer_token_embd.weight"), embedding_std](uint64_t r, std::vector<float>& row) {
+                      random_row(seed, r, embedding_std, row);
+                    });
+  }
   for (int l = 0; l < s.n_layers; ++l) {
     const LayerKind kind = attends[static_cast<size_t>(l)] ? LayerKind::kAttention : family->recurrent_kind;
-    for (const TensorSpec& spec : family->block) {
-      if ((spec.layers & TensorSpec::only(kind)) == 0) continue;
-      const std::string name = "blk." + std::to_string(l) + "." + spec.name;
+    const auto add = [&](const std::string& name, const TensorSpec& spec, const LayerShape* layer) {
+      if (spec.per_layer_input && shape.n_embd_per_layer == 0) return;
+      const auto size = [&](Dim d) { return layer != nullptr ? shape.size(d, *layer) : shape.size(d); };
       if (spec.is_vector()) {
         std::vector<uint64_t> dims;
-        for (Dim d : spec.shape) dims.push_back(shape.size(d));
+        for (Dim d : spec.shape) dims.push_back(size(d));
         add_vector(name, dims);
       } else {
-        add_matrix(name, l, shape.size(spec.shape[0]), shape.size(spec.shape[1]));
+        add_matrix(name, l, size(spec.shape[0]), size(spec.shape[1]));
       }
+    };
+    for (const TensorSpec& spec : family->block) {
+      if ((spec.layers & TensorSpec::only(kind)) == 0) continue;
+      add("blk." + std::to_string(l) + "." + spec.name, spec, &layer_shape);
+    }
+    if (l == 0) {
+      for (const TensorSpec& spec : family->first_block) add(spec.name, spec, nullptr);
     }
   }
   add_vector(family->output_norm, {dim});

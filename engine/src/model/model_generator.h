@@ -44,6 +44,11 @@ struct ShapePreset {
   int ssm_value_heads = 0;
   int ssm_head = 0;
   std::vector<int> attention_layers;
+  // The model's own vocabulary size, when the vocabulary file has fewer
+  // tokens: the rest are written as unused tokens, so that the embedding
+  // table and the output head are as large as the real model's. 0: the
+  // vocabulary file's.
+  int vocab_size = 0;
 };
 
 // Known shapes: "tiny" (tests), "tiny-k" (tests of K-quants: every row a
@@ -52,7 +57,8 @@ struct ShapePreset {
 // "qwen2.5-0.5b" (qwen2, with Q/K/V biases), "qwen3-0.6b", "gemma3-1b",
 // "llama-3.2-1b" (with rope_freqs), "llama-3.1-8b", "qwen3.5-0.8b",
 // "qwen3.5-2b" (qwen35: DeltaNet with every fourth layer attending) and
-// "lfm2.5-1.2b" (lfm2: short convolutions with six attention layers).
+// "lfm2.5-1.2b" (lfm2: short convolutions with six attention layers), these
+// three with their vocabularies' sizes (248,320 and 65,536 tokens).
 // Throws for an unknown name.
 ShapePreset shape_preset(const std::string& name);
 std::vector<std::string> shape_preset_names();
