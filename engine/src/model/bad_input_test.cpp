@@ -181,6 +181,85 @@ TEST(BadInput, AnInconsistentHeadSplitIsNamed) {
                  "lfm2.attention.head_count_kv gives the attention layers different head counts");
 }
 
+// Gemma 4: the fixture (layers 0-3 and 5-8 slide, layers 5-9 share the K/V
+// of layers 3 and 4, per-layer inputs of 64 for 10 layers) rebuilt, all but
+// `without` of its tensors copied as they are.
+GgufWriter gemma4_fixture(const std::string& without = "") {
+  auto source = open_file_source(std::string(SIPLLM_FIXTURES_DIR) + "/arch/gemma4-Q8_0.gguf");
+  const GgufFile file = GgufFile::parse(*source);
+  GgufWriter writer;
+  for (const auto& [key, value] : file.metadata()) writer.set_value(key, value);
+  for (const GgufTensorInfo& t : file.tensors()) {
+    if (t.name == without) continue;
+    std::vector<uint8_t> data(t.bytes);
+    source->read(t.offset, data.data(), data.size());
+    writer.add_tensor(t.name, t.dims, t.type, std::move(data));
+  }
+  return writer;
+}
+
+TEST(BadInput, Gemma4TheFixtureRebuiltOpens) {
+  EXPECT_NO_THROW(Engine::open(make_memory_source(gemma4_fixture().to_bytes())));
+}
+
+TEST(BadInput, Gemma4PerLayerEmbeddingsThatDoNotFitTheLayers) {
+  // Nine layers' worth of 64 floats per token, for ten layers.
+  GgufWriter writer = gemma4_fixture("per_layer_token_embd.weight");
+  writer.add_tensor("per_layer_token_embd.weight", {576, 512}, TensorType::kF32,
+                    std::vector<uint8_t>(576 * 512 * 4, 0));
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat,
+                 "tensor 'per_layer_token_embd.weight' has shape [576, 512], expected [640, 512]: 64 "
+                 "(gemma4.embedding_length_per_layer_input) for each of the 10 layers");
+  expect_failure(gemma4_fixture("per_layer_token_embd.weight").to_bytes(), ErrorKind::kFormat,
+                 "missing tensor 'per_layer_token_embd.weight'");
+  // The projection into them is sized by the same key.
+  writer = gemma4_fixture();
+  writer.set_uint32("gemma4.embedding_length_per_layer_input", 32);
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat, "tensor 'blk.0.inp_gate.weight' has shape [256, 64]");
+}
+
+TEST(BadInput, Gemma4SharedKvLayersBeyondTheLayers) {
+  GgufWriter writer = gemma4_fixture();
+  for (uint32_t shared : {10u, 12u, 1000000u}) {
+    writer.set_uint32("gemma4.attention.shared_kv_layers", shared);
+    expect_failure(writer.to_bytes(), ErrorKind::kFormat,
+                   "metadata key 'gemma4.attention.shared_kv_layers' = " + std::to_string(shared) +
+                       " leaves none of the 10 layers (gemma4.block_count) computing keys and values of its own");
+  }
+  // Six: full-attention layer 4 would reuse layer 3's, which slides.
+  writer.set_uint32("gemma4.attention.shared_kv_layers", 6);
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat,
+                 "layer 4 (full attention), one of the last 6 (gemma4.attention.shared_kv_layers), would attend "
+                 "over the keys and values of layer 3, which is not a full attention layer with heads of 512");
+}
+
+TEST(BadInput, Gemma4PerLayerArraysOfTheWrongLength) {
+  GgufValue pattern;
+  pattern.type = GgufType::kArray;
+  pattern.element_type = GgufType::kBool;
+  pattern.integers = {1, 1, 1, 1, 0, 1, 1, 1, 1};
+  GgufWriter writer = gemma4_fixture();
+  writer.set_value("gemma4.attention.sliding_window_pattern", pattern);
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat,
+                 "gemma4.attention.sliding_window_pattern has 9 entries for 10 layers (gemma4.block_count)");
+  writer.remove("gemma4.attention.sliding_window_pattern");
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat,
+                 "missing required metadata key 'gemma4.attention.sliding_window_pattern'");
+  writer = gemma4_fixture();
+  writer.set_int32_array("gemma4.feed_forward_length", {512, 512, 512, 512, 512, 1024, 1024, 1024, 1024, 1024, 1024});
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat,
+                 "gemma4.feed_forward_length has 11 entries for 10 layers (gemma4.block_count)");
+  // The right length with a wrong width names the tensor that disagrees.
+  writer.set_int32_array("gemma4.feed_forward_length", {512, 512, 512, 512, 512, 512, 1024, 1024, 1024, 1024});
+  expect_failure(writer.to_bytes(), ErrorKind::kFormat,
+                 "tensor 'blk.5.ffn_gate.weight' has shape [256, 1024], expected [256, 512]");
+}
+
+TEST(BadInput, Gemma4ProportionalRopeFactorsAreRequired) {
+  expect_failure(gemma4_fixture("rope_freqs.weight").to_bytes(), ErrorKind::kFormat,
+                 "missing tensor 'rope_freqs.weight'");
+}
+
 // A file of one family relabelled as another: its keys move to the new
 // prefix, its tensors stay what they were.
 GgufWriter relabelled(const std::string& from, const std::string& to) {

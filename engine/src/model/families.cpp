@@ -95,6 +95,36 @@ const std::vector<TensorSpec> kShortConv = {
     in(LayerKind::kShortConv, matrix("shortconv.out_proj.weight", Dim::kEmbd, Dim::kEmbd, &W::conv_out)),
 };
 
+// Gemma 4: keys and values only in the layers that cache their own, V
+// optional (llama.cpp takes K's projection for V without it), the per-layer
+// input branch, the output scale; the projection of the embedding into
+// per-layer inputs (model-level, in block 0's unit).
+TensorSpec computes_kv(TensorSpec spec, bool required = true) {
+  spec.kv_projection = true;
+  spec.required = required;
+  return spec;
+}
+TensorSpec per_layer_input(TensorSpec spec) {
+  spec.per_layer_input = true;
+  return spec;
+}
+const std::vector<TensorSpec> kGemma4Block = {
+    kAttnNorm, kAttnQ, computes_kv(kAttnK), computes_kv(kAttnV, false), kAttnQNorm, computes_kv(kAttnKNorm),
+    kAttnOutput, kPostAttentionNorm, kFfnNorm, kFfnGate, kFfnUp, kFfnDown, kPostFfwNorm,
+    per_layer_input(matrix("inp_gate.weight", Dim::kEmbd, Dim::kEmbdPerLayer, &W::per_layer_gate)),
+    per_layer_input(matrix("proj.weight", Dim::kEmbdPerLayer, Dim::kEmbd, &W::per_layer_proj)),
+    per_layer_input(vector("post_norm.weight", Dim::kEmbd, &W::per_layer_post_norm)),
+    [] {
+      TensorSpec spec = vector("layer_output_scale.weight", Dim::kOne, &W::layer_output_scale);
+      spec.required = false;
+      return spec;
+    }(),
+};
+const std::vector<TensorSpec> kGemma4FirstBlock = {
+    per_layer_input(matrix("per_layer_model_proj.weight", Dim::kEmbd, Dim::kEmbdAllLayers, &W::per_layer_model_proj)),
+    per_layer_input(vector("per_layer_proj_norm.weight", Dim::kEmbdPerLayer, &W::per_layer_proj_norm)),
+};
+
 // Specs for the attention layers only, then the ones every layer has, then
 // the recurrent layers'.
 std::vector<TensorSpec> hybrid_block(std::vector<TensorSpec> attention, std::vector<TensorSpec> every_layer,
@@ -154,6 +184,24 @@ std::vector<Family> make_families() {
           .sliding_window_pattern = 6,
           .local_rope_base = 10000.0f,
           .attention_scale = gemma_attention_scale,
+      },
+      {
+          // Gemma 4 E2B/E4B (dense): sliding layers by a flag each with heads
+          // and rotary dims of their own, proportional RoPE (rope_freqs) on
+          // the others, shared K/V in the last layers, per-layer inputs.
+          .architecture = "gemma4",
+          .block = kGemma4Block,
+          .rope_style = RopeStyle::kNeox,
+          .rope_factors = RopeFactors::kFreqsFullAttention,
+          .feed_forward = FeedForward::kGeluTanh,
+          .scale_embedding = true,
+          .sliding_window_flags = true,
+          .sliding_head_dims = true,
+          .shared_kv = true,
+          .value_norm = true,
+          .first_block = kGemma4FirstBlock,
+          .final_softcap_default = 30.0f,
+          .attention_scale = [](const ModelShape&) { return 1.0f; },  // Q and K are RMS-normed instead
       },
       {
           .architecture = "phi3",

@@ -65,6 +65,27 @@ class KeyReader {
     return static_cast<float>(value);
   }
 
+  // One size per layer: an array of `n` entries, or one number for all (as
+  // llama.cpp's get_key_or_arr reads feed_forward_length).
+  std::vector<int> sizes(const std::string& name, int n) const {
+    const GgufValue* v = file_.find(key(name));
+    if (v == nullptr || v->type != GgufType::kArray) return std::vector<int>(static_cast<size_t>(n), size(name));
+    const GgufValue& array = file_.require_array(key(name), GgufType::kUint32);
+    check_length(name, array, n);
+    std::vector<int> values;
+    for (int64_t x : array.integers) values.push_back(checked_size(name, x < 0 ? 0 : static_cast<uint64_t>(x)));
+    return values;
+  }
+
+  // One bool per layer: an array of `n` entries.
+  std::vector<bool> flags(const std::string& name, int n) const {
+    const GgufValue& array = file_.require_array(key(name), GgufType::kBool);
+    check_length(name, array, n);
+    std::vector<bool> values;
+    for (int64_t x : array.integers) values.push_back(x != 0);
+    return values;
+  }
+
   // A window length: a positive integer, whether stored as one or as a float.
   int whole(const std::string& name) const {
     const float value = positive(name);
@@ -75,6 +96,13 @@ class KeyReader {
   }
 
  private:
+  void check_length(const std::string& name, const GgufValue& array, int n) const {
+    if (array.array_size() != static_cast<uint64_t>(n)) {
+      format_error(key(name) + " has " + std::to_string(array.array_size()) + " entries for " + std::to_string(n) +
+                   " layers (" + key("block_count") + ")");
+    }
+  }
+
   int checked_size(const std::string& name, uint64_t value) const {
     if (value == 0 || value > (1u << 30)) {
       format_error("metadata key '" + key(name) + "' = " + std::to_string(value) + " is out of range");
@@ -103,7 +131,8 @@ ModelShape read_shape(const GgufFile& file, const Family& family, int context_le
     format_error(keys.key("block_count") + " " + std::to_string(s.n_layers) + " is more blocks than the file's " +
                  std::to_string(file.tensors().size()) + " tensors can hold");
   }
-  s.hidden_dim = keys.size("feed_forward_length");
+  const std::vector<int> hidden = keys.sizes("feed_forward_length", s.n_layers);
+  s.hidden_dim = *std::max_element(hidden.begin(), hidden.end());
   s.n_heads = keys.size("attention.head_count");
   if (family.hybrid == HybridLayers::kZeroKvHeads) {
     // One count per layer, 0 for the recurrent ones; the attention layers
@@ -138,6 +167,30 @@ ModelShape read_shape(const GgufFile& file, const Family& family, int context_le
   if (keys.size("attention.value_length", s.head_dim) != s.head_dim) {
     unsupported(keys.key("attention.value_length") + " differs from attention.key_length");
   }
+  if (family.sliding_head_dims) {
+    s.head_dim_swa = keys.size("attention.key_length_swa");
+    if (keys.size("attention.value_length_swa", s.head_dim_swa) != s.head_dim_swa) {
+      unsupported(keys.key("attention.value_length_swa") + " differs from attention.key_length_swa");
+    }
+  }
+  if (family.shared_kv) {
+    s.shared_kv_layers = static_cast<int>(std::min<uint64_t>(file.get_uint(keys.key("attention.shared_kv_layers"), 0),
+                                                             uint64_t{1} << 30));
+    if (s.shared_kv_layers >= s.n_layers) {
+      format_error("metadata key '" + keys.key("attention.shared_kv_layers") + "' = " +
+                   std::to_string(s.shared_kv_layers) + " leaves none of the " + std::to_string(s.n_layers) +
+                   " layers (" + keys.key("block_count") + ") computing keys and values of its own");
+    }
+  }
+  const auto per_layer_input = [](const TensorSpec& spec) { return spec.per_layer_input; };
+  if (std::any_of(family.block.begin(), family.block.end(), per_layer_input) ||
+      std::any_of(family.first_block.begin(), family.first_block.end(), per_layer_input)) {
+    // 0 or absent: a model without per-layer inputs.
+    if (keys.has("embedding_length_per_layer_input") &&
+        file.require_uint(keys.key("embedding_length_per_layer_input")) > 0) {
+      s.n_embd_per_layer = keys.size("embedding_length_per_layer_input");
+    }
+  }
   // Recurrent layers.
   if (family.recurrent_kind == LayerKind::kDeltaNet) {
     s.conv_kernel = keys.size("ssm.conv_kernel");
@@ -151,9 +204,11 @@ ModelShape read_shape(const GgufFile& file, const Family& family, int context_le
                    " value heads, a multiple of " + keys.key("ssm.group_count") + " " +
                    std::to_string(s.ssm_key_heads) + " key heads");
     }
-    if (s.ssm_head_k > kMaxStateHead || s.ssm_head_v() > kMaxStateHead) {
-      unsupported("DeltaNet heads of " + std::to_string(s.ssm_head_k) + " (" + keys.key("ssm.state_size") +
-                  ") and " + std::to_string(s.ssm_head_v()) + " values: at most " + std::to_string(kMaxStateHead));
+    if (s.ssm_head_k > kMaxStateHead || s.ssm_head_v() > kMaxStateHead || s.ssm_head_k % 4 != 0 ||
+        s.ssm_head_v() % 4 != 0) {
+      unsupported("DeltaNet heads of " + std::to_string(s.ssm_head_k) + " keys (" + keys.key("ssm.state_size") +
+                  ") and " + std::to_string(s.ssm_head_v()) + " values: this engine runs multiples of 4 up to " +
+                  std::to_string(kMaxStateHead));
     }
   } else if (family.recurrent_kind == LayerKind::kShortConv) {
     s.conv_kernel = keys.size("shortconv.l_cache");
@@ -172,6 +227,13 @@ ModelShape read_shape(const GgufFile& file, const Family& family, int context_le
   if (s.rope_dims > s.head_dim || s.rope_dims % 2 != 0) {
     format_error(keys.key("rope.dimension_count") + " " + std::to_string(s.rope_dims) +
                  " must be even and at most the head size " + std::to_string(s.head_dim));
+  }
+  if (family.sliding_head_dims) {
+    s.rope_dims_swa = keys.size("rope.dimension_count_swa", s.head_dim_swa);
+    if (s.rope_dims_swa > s.head_dim_swa || s.rope_dims_swa % 2 != 0) {
+      format_error(keys.key("rope.dimension_count_swa") + " " + std::to_string(s.rope_dims_swa) +
+                   " must be even and at most the sliding layers' head size " + std::to_string(s.head_dim_swa));
+    }
   }
   s.rope_freq_base = keys.positive("rope.freq_base", 10000.0);
   // As llama.cpp: a scaling factor without a type is linear; "none" turns it
@@ -192,11 +254,14 @@ ModelShape read_shape(const GgufFile& file, const Family& family, int context_le
   s.rope_original_context = keys.size("rope.scaling.original_context_length", s.trained_context_length);
 
   // Attention variants.
-  if (family.sliding_window_pattern > 0) {
-    s.sliding_window = keys.has("attention.sliding_window") ? keys.whole("attention.sliding_window")
-                                                            : family.sliding_window_default;
-    if (family.local_rope_base > 0) {
-      s.local_rope_freq_base = keys.positive("rope.freq_base_swa", family.local_rope_base);
+  if (family.sliding_window_pattern > 0 || family.sliding_window_flags) {
+    // Required with a flag per layer (llama.cpp's Gemma 4 needs it).
+    s.sliding_window = keys.has("attention.sliding_window") || family.sliding_window_flags
+                           ? keys.whole("attention.sliding_window")
+                           : family.sliding_window_default;
+    if (family.local_rope_base > 0 || family.sliding_head_dims) {
+      s.local_rope_freq_base =
+          keys.positive("rope.freq_base_swa", family.local_rope_base > 0 ? family.local_rope_base : s.rope_freq_base);
     }
   }
   if (family.attn_softcap_default > 0) {
@@ -220,8 +285,9 @@ ModelShape read_shape(const GgufFile& file, const Family& family, int context_le
   return s;
 }
 
-// Layer il's variant: what kind it is, whether it slides, which rotary setup
-// it uses, what it keeps per sequence.
+// Layer il's variant: what kind it is, whether it slides, its head and
+// feed-forward sizes, which rotary setup it uses, what it keeps per sequence
+// and whose keys and values it attends over.
 void describe_layers(const GgufFile& file, const Family& family, ModelDescription& d) {
   const ModelShape& s = d.shape;
   const KeyReader keys(file, family.architecture);
@@ -232,24 +298,54 @@ void describe_layers(const GgufFile& file, const Family& family, ModelDescriptio
   } else if (family.hybrid == HybridLayers::kZeroKvHeads) {
     kv_heads = &file.require_array(keys.key("attention.head_count_kv"), GgufType::kInt32);
   }
-  const RotarySetup global{s.rope_freq_base, s.rope_freq_scale};
-  const RotarySetup local{s.local_rope_freq_base, 1.0f};
+  const std::vector<int> hidden = keys.sizes("feed_forward_length", s.n_layers);
+  std::vector<bool> slides;
+  if (family.sliding_window_flags) slides = keys.flags("attention.sliding_window_pattern", s.n_layers);
+  // The rope factors: on every layer, or (Gemma 4) on those that do not slide.
+  const bool factors = d.rope_factors != nullptr;
+  const RotarySetup global{s.rope_freq_base, s.rope_freq_scale, s.rope_dims, factors};
+  const RotarySetup local{s.local_rope_freq_base, 1.0f, s.rope_dims_swa > 0 ? s.rope_dims_swa : s.rope_dims,
+                          factors && family.rope_factors != RopeFactors::kFreqsFullAttention};
+  // llama.cpp's rule for the last shared_kv_layers layers: a sliding one
+  // attends over the keys and values of layer first_shared - 2, another over
+  // those of layer first_shared - 1.
+  const int first_shared = s.n_layers - s.shared_kv_layers;
   for (int il = 0; il < s.n_layers; ++il) {
     LayerShape layer;
     bool attends = true;
     if (full_attention_interval > 0) attends = (il + 1) % full_attention_interval == 0;
     if (kv_heads != nullptr) attends = kv_heads->integers[static_cast<size_t>(il)] > 0;
     layer.kind = attends ? LayerKind::kAttention : family.recurrent_kind;
+    const int pattern = family.sliding_window_pattern;
+    layer.sliding_window = attends && s.sliding_window > 0 &&
+                           (family.sliding_window_flags ? slides[static_cast<size_t>(il)]
+                                                        : pattern > 0 && il % pattern < pattern - 1);
+    layer.head_dim = layer.sliding_window && s.head_dim_swa > 0 ? s.head_dim_swa : s.head_dim;
+    layer.hidden_dim = hidden[static_cast<size_t>(il)];
+    layer.kv_source = il;
+    if (attends && il >= first_shared) {
+      const int source = first_shared - (layer.sliding_window ? 2 : 1);
+      const LayerShape* from = source >= 0 ? &d.layers[static_cast<size_t>(source)] : nullptr;
+      if (from == nullptr || from->kind != LayerKind::kAttention || from->sliding_window != layer.sliding_window ||
+          from->head_dim != layer.head_dim) {
+        format_error("layer " + std::to_string(il) + " (" + (layer.sliding_window ? "sliding" : "full") +
+                     " attention), one of the last " + std::to_string(s.shared_kv_layers) + " (" +
+                     keys.key("attention.shared_kv_layers") + "), would attend over the keys and values of layer " +
+                     std::to_string(source) + ", which " +
+                     (from == nullptr ? std::string("does not exist")
+                                      : "is not a " + std::string(layer.sliding_window ? "sliding" : "full") +
+                                            " attention layer with heads of " + std::to_string(layer.head_dim)));
+      }
+      layer.kv_source = source;
+    }
     switch (layer.kind) {
-      case LayerKind::kAttention: layer.kv_dim = s.kv_dim(); break;
+      case LayerKind::kAttention: layer.kv_dim = layer.kv_source == il ? s.n_kv_heads * layer.head_dim : 0; break;
       case LayerKind::kDeltaNet:
         layer.conv_state = (s.conv_kernel - 1) * s.ssm_qkv();
         layer.matrix_state = s.ssm_value_heads * s.ssm_head_k * s.ssm_head_v();
         break;
       case LayerKind::kShortConv: layer.conv_state = (s.conv_kernel - 1) * s.dim; break;
     }
-    const int pattern = family.sliding_window_pattern;
-    layer.sliding_window = attends && s.sliding_window > 0 && pattern > 0 && il % pattern < pattern - 1;
     const bool rotates = attends && (family.no_rope_every == 0 || (il + 1) % family.no_rope_every != 0);
     if (!rotates) {
       layer.rotary = -1;
@@ -299,15 +395,16 @@ class TensorFinder {
  public:
   TensorFinder(const GgufFile& file, const ModelShape& shape) : file_(file), shape_(shape) {}
 
-  // The tensor `name` with `spec`'s shape; null when absent and optional.
-  const GgufTensorInfo* find(const std::string& name, const TensorSpec& spec) {
+  // The tensor `name` with `spec`'s shape, in the sizes of `layer` for a
+  // block's tensor; null when absent and optional.
+  const GgufTensorInfo* find(const std::string& name, const TensorSpec& spec, const LayerShape* layer = nullptr) {
     const GgufTensorInfo* t = file_.find_tensor(name);
     if (t == nullptr) {
       if (spec.required) format_error("missing tensor '" + name + "'");
       return nullptr;
     }
     std::vector<uint64_t> expected;
-    for (Dim d : spec.shape) expected.push_back(shape_.size(d));
+    for (Dim d : spec.shape) expected.push_back(layer != nullptr ? shape_.size(d, *layer) : shape_.size(d));
     check_shape(t, expected);
     if (spec.is_vector()) require_float_vector(t);
     used_.insert(name);
@@ -344,6 +441,21 @@ class TensorFinder {
 
 }  // namespace
 
+uint64_t ModelShape::size(Dim d, const LayerShape& layer) const {
+  const auto q = static_cast<uint64_t>(n_heads) * static_cast<uint64_t>(layer.head_dim);
+  const auto kv = static_cast<uint64_t>(n_kv_heads) * static_cast<uint64_t>(layer.head_dim);
+  switch (d) {
+    case Dim::kHeadDim: return static_cast<uint64_t>(layer.head_dim);
+    case Dim::kQ: return q;
+    case Dim::kKv: return kv;
+    case Dim::kQkv: return q + 2 * kv;
+    case Dim::kFf: return static_cast<uint64_t>(layer.hidden_dim);
+    case Dim::kFf2: return 2 * static_cast<uint64_t>(layer.hidden_dim);
+    case Dim::kQGated: return 2 * q;
+    default: return size(d);
+  }
+}
+
 uint64_t ModelShape::size(Dim d) const {
   switch (d) {
     case Dim::kEmbd: return static_cast<uint64_t>(dim);
@@ -361,6 +473,9 @@ uint64_t ModelShape::size(Dim d) const {
     case Dim::kSsmInner: return static_cast<uint64_t>(ssm_inner);
     case Dim::kSsmHeads: return static_cast<uint64_t>(ssm_value_heads);
     case Dim::kSsmHeadV: return static_cast<uint64_t>(ssm_head_v());
+    case Dim::kEmbdPerLayer: return static_cast<uint64_t>(n_embd_per_layer);
+    case Dim::kEmbdAllLayers: return static_cast<uint64_t>(n_embd_per_layer) * static_cast<uint64_t>(n_layers);
+    case Dim::kOne: return 1;
   }
   return 0;
 }
@@ -379,6 +494,7 @@ uint64_t ModelDescription::weight_bytes() const {
   uint64_t total = 0;
   for (const UnitTensors& unit : units) total += unit.bytes;
   if (!tied_output) total += token_embd->bytes;
+  if (per_layer_token_embd != nullptr) total += per_layer_token_embd->bytes;
   return total;
 }
 
@@ -415,6 +531,10 @@ std::vector<std::pair<std::string, double>> ModelDescription::hyperparameters() 
   if (s.attn_softcap > 0) list.emplace_back("attn_softcap", s.attn_softcap);
   if (s.final_softcap > 0) list.emplace_back("final_softcap", s.final_softcap);
   if (s.pooling_type > 0) list.emplace_back("pooling_type", s.pooling_type);
+  if (s.head_dim_swa > 0) list.emplace_back("head_dim_swa", s.head_dim_swa);
+  if (s.rope_dims_swa > 0) list.emplace_back("rope_dims_swa", s.rope_dims_swa);
+  if (s.shared_kv_layers > 0) list.emplace_back("shared_kv_layers", s.shared_kv_layers);
+  if (s.n_embd_per_layer > 0) list.emplace_back("n_embd_per_layer", s.n_embd_per_layer);
   return list;
 }
 
@@ -450,8 +570,6 @@ ModelDescription describe_model(const GgufFile& file, int context_length) {
   if (embd->dims[1] == 0 || embd->dims[1] > (1u << 30)) format_error("tensor 'token_embd.weight' has no usable rows");
   s.n_vocab = static_cast<int>(embd->dims[1]);
   d.token_embd = check_shape(embd, {s.size(Dim::kEmbd), s.size(Dim::kVocab)});
-  describe_layers(file, family, d);
-
   TensorFinder tensors(file, s);
   tensors.mark_used("token_embd.weight");
 
@@ -459,6 +577,10 @@ ModelDescription describe_model(const GgufFile& file, int context_length) {
   const uint64_t pairs = static_cast<uint64_t>(s.rope_dims / 2);
   if (family.rope_factors == RopeFactors::kFreqs) {
     d.rope_factors = tensors.find_vector("rope_freqs.weight", pairs);
+  } else if (family.rope_factors == RopeFactors::kFreqsFullAttention) {
+    // One factor per pair of a full-attention head, which llama.cpp requires.
+    d.rope_factors = tensors.find_vector("rope_freqs.weight", static_cast<uint64_t>(s.head_dim / 2));
+    if (d.rope_factors == nullptr) format_error("missing tensor 'rope_freqs.weight'");
   } else if (family.rope_factors == RopeFactors::kLongShort) {
     const GgufTensorInfo* long_factors = tensors.find_vector("rope_factors_long.weight", pairs);
     const GgufTensorInfo* short_factors = tensors.find_vector("rope_factors_short.weight", pairs);
@@ -471,23 +593,61 @@ ModelDescription describe_model(const GgufFile& file, int context_length) {
     d.rope_factors = s.context_length > s.rope_original_context ? long_factors : short_factors;
   }
 
+  describe_layers(file, family, d);
+
   auto whole = [](const GgufTensorInfo* t, const TensorSpec* spec) {
     return TensorSlice{t, spec, 0, t == nullptr ? 0 : t->rows()};
   };
+  // What the model has and a layer lacks (or carries unread) is refused
+  // below if the file has it.
+  const auto held = [&](const TensorSpec& spec) { return !spec.per_layer_input || s.n_embd_per_layer > 0; };
   uint64_t largest_block = 0;
   for (int l = 0; l < s.n_layers; ++l) {
     UnitTensors unit;
     unit.name = "block " + std::to_string(l);
-    const uint8_t kind = TensorSpec::only(d.layers[static_cast<size_t>(l)].kind);
-    for (const TensorSpec& spec : family.block) {
-      if ((spec.layers & kind) == 0) continue;  // refused below if the file has it
-      const GgufTensorInfo* t = tensors.find("blk." + std::to_string(l) + "." + spec.name, spec);
-      if (t == nullptr) continue;
+    const LayerShape& layer = d.layers[static_cast<size_t>(l)];
+    const uint8_t kind = TensorSpec::only(layer.kind);
+    const auto add = [&](const std::string& name, const TensorSpec& spec, const LayerShape* sizes) {
+      const GgufTensorInfo* t = tensors.find(name, spec, sizes);
+      if (t == nullptr) return;
       unit.tensors.push_back(whole(t, &spec));
       unit.bytes += t->bytes;
+    };
+    for (const TensorSpec& spec : family.block) {
+      if ((spec.layers & kind) == 0 || !held(spec)) continue;
+      const std::string name = "blk." + std::to_string(l) + "." + spec.name;
+      if (spec.kv_projection && layer.kv_source != l) {
+        if (file.find_tensor(name) != nullptr) tensors.mark_used(name);  // carried, never read
+        continue;
+      }
+      add(name, spec, &layer);
+    }
+    // Gemma 4's projection into per-layer inputs: block 0 reads it, as it
+    // applies it to the embedding before its own layer.
+    if (l == 0) {
+      for (const TensorSpec& spec : family.first_block) {
+        if (held(spec)) add(spec.name, spec, nullptr);
+      }
     }
     largest_block = std::max(largest_block, unit.bytes);
     d.units.push_back(std::move(unit));
+  }
+  if (s.n_embd_per_layer > 0) {
+    // Read by row, per token, as token_embd: n_embd_per_layer for each layer.
+    const std::string name = "per_layer_token_embd.weight";
+    const GgufTensorInfo* t = file.find_tensor(name);
+    if (t == nullptr) format_error("missing tensor '" + name + "'");
+    const uint64_t per_token = s.size(Dim::kEmbdAllLayers);
+    if (t->dims.size() < 2 || t->dims[0] != per_token || t->dims[1] != static_cast<uint64_t>(s.n_vocab) ||
+        t->rows() != static_cast<uint64_t>(s.n_vocab)) {
+      format_error("tensor '" + name + "' has shape " + shape_text(t->dims) + ", expected " +
+                   shape_text({per_token, static_cast<uint64_t>(s.n_vocab)}) + ": " +
+                   std::to_string(s.n_embd_per_layer) + " (" + family.architecture +
+                   ".embedding_length_per_layer_input) for each of the " + std::to_string(s.n_layers) +
+                   " layers, per token of the vocabulary");
+    }
+    tensors.mark_used(name);
+    d.per_layer_token_embd = t;
   }
 
   const GgufTensorInfo* output_norm = tensors.find(family.output_norm, output_norm_spec());

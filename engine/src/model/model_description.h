@@ -6,6 +6,7 @@
 // in pieces) with the tensors each one reads. Later stages trust every shape.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -42,16 +43,21 @@ enum class RopeFactors {
   kNone,
   kFreqs,      // rope_freqs.weight (Llama 3)
   kLongShort,  // rope_factors_long / _short, chosen by the context length (Phi-3 LongRoPE)
+  // rope_freqs.weight (required), applied by the layers that do not slide
+  // only: Gemma 4's proportional RoPE on its full-attention layers.
+  kFreqsFullAttention,
 };
 
-// The sizes a tensor's shape is written in.
+// The sizes a tensor's shape is written in. Head and feed-forward sizes are
+// the layer's own (LayerShape) in a block's tensors, which differ from layer
+// to layer in Gemma 4.
 enum class Dim {
   kEmbd,     // embedding_length
-  kHeadDim,  // attention.key_length
+  kHeadDim,  // attention.key_length (Gemma 4's sliding layers: attention.key_length_swa)
   kQ,        // head_count * head_dim
   kKv,       // head_count_kv * head_dim
   kQkv,      // kQ + 2 * kKv
-  kFf,       // feed_forward_length
+  kFf,       // feed_forward_length (or its entry for the layer)
   kFf2,      // 2 * feed_forward_length (gate and up fused)
   kVocab,
   kQGated,   // 2 * kQ: each head's query, then its output gate (Qwen3.5)
@@ -61,6 +67,9 @@ enum class Dim {
   kSsmInner,    // ssm.inner_size: value heads * value head size
   kSsmHeads,    // ssm.time_step_rank: value heads
   kSsmHeadV,    // value head size
+  kEmbdPerLayer,   // embedding_length_per_layer_input (Gemma 4's per-layer inputs)
+  kEmbdAllLayers,  // kEmbdPerLayer * block_count: every layer's per-layer input
+  kOne,            // a single value (Gemma 4's layer_output_scale)
 };
 
 // One tensor a unit may hold, and where it lands in UnitWeights: a float
@@ -79,6 +88,14 @@ struct TensorSpec {
   std::vector<Dim> shape;   // GGUF order: the row length first
   bool required = true;
   uint8_t layers = kAllLayers;
+  // Computes keys or values: held only by the layers that cache their own.
+  // A layer that attends over an earlier layer's (LayerShape::kv_source,
+  // Gemma 4's shared KV layers) may carry it, as llama.cpp allows; it is
+  // accepted and never read.
+  bool kv_projection = false;
+  // Part of Gemma 4's per-layer inputs: required when the model has them
+  // (embedding_length_per_layer_input > 0), refused when it has none.
+  bool per_layer_input = false;
   const float* UnitWeights::*vector = nullptr;
   std::vector<RowRange> matrices;
 
@@ -86,6 +103,7 @@ struct TensorSpec {
 };
 
 struct ModelShape;
+struct LayerShape;
 
 // One model family: everything that tells it apart, in one place.
 struct Family {
@@ -101,8 +119,26 @@ struct Family {
   int sliding_window_pattern = 0;
   int sliding_window_default = 0;
   // Rope base of the sliding-window layers when the file has no
-  // rope.freq_base_swa; 0: those layers use the global rotary setup.
+  // rope.freq_base_swa; 0: those layers use the global rotary setup (unless
+  // sliding_head_dims, below).
   float local_rope_base = 0;
+  // Which layers slide is a bool per layer, attention.sliding_window_pattern
+  // (Gemma 4), instead of the period above.
+  bool sliding_window_flags = false;
+  // The sliding-window layers have heads of attention.key_length_swa,
+  // rotate rope.dimension_count_swa of their elements with base
+  // rope.freq_base_swa (the global base when absent, as llama.cpp)
+  // (Gemma 4).
+  bool sliding_head_dims = false;
+  // The last attention.shared_kv_layers layers compute no keys and values:
+  // each attends over those of the last earlier layer of its kind, by
+  // llama.cpp's rule (Gemma 4; see describe_layers).
+  bool shared_kv = false;
+  // The values are RMS-normalized, without a weight (Gemma 4).
+  bool value_norm = false;
+  // Model-level tensors block 0's unit holds: read with it, applied at its
+  // start (Gemma 4's projection of the embedding into per-layer inputs).
+  std::vector<TensorSpec> first_block = {};
   // Soft-capping, cap * tanh(x / cap), of the attention scores and of the
   // final logits: the default when the file has no key; 0: the family has none.
   float attn_softcap_default = 0;
@@ -140,7 +176,13 @@ struct ModelShape {
   int n_heads = 0;
   int n_kv_heads = 0;
   int head_dim = 0;    // attention.key_length (default embedding_length / head_count)
-  int hidden_dim = 0;  // feed_forward_length
+  int hidden_dim = 0;  // feed_forward_length; with one per layer, the widest
+  // Gemma 4's sliding layers: their heads (attention.key_length_swa) and
+  // rotating elements (rope.dimension_count_swa); 0: as the others.
+  int head_dim_swa = 0;
+  int rope_dims_swa = 0;
+  int shared_kv_layers = 0;  // attention.shared_kv_layers: the last layers reuse earlier K/V
+  int n_embd_per_layer = 0;  // embedding_length_per_layer_input; 0: no per-layer inputs
   int n_vocab = 0;     // rows of token_embd
   int context_length = 0;          // the engine's, at most the trained one
   int trained_context_length = 0;  // {arch}.context_length
@@ -170,15 +212,22 @@ struct ModelShape {
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
+  int max_head_dim() const { return std::max(head_dim, head_dim_swa); }
   int ssm_head_v() const { return ssm_value_heads == 0 ? 0 : ssm_inner / ssm_value_heads; }
   int ssm_qkv() const { return 2 * ssm_key_heads * ssm_head_k + ssm_inner; }
+  // A size in the model's terms: head and feed-forward sizes are the global
+  // ones (attention.key_length, the widest feed-forward).
   uint64_t size(Dim d) const;
+  // A size in a block's tensors: its layer's own head and feed-forward sizes.
+  uint64_t size(Dim d, const LayerShape& layer) const;
 };
 
 // A rotary setup some layers share; layers name theirs by index.
 struct RotarySetup {
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;
+  int dims = 0;          // rotating elements of each head
+  bool factors = false;  // whether ModelDescription::rope_factors divide its frequencies
 
   bool operator==(const RotarySetup&) const = default;
 };
@@ -187,7 +236,12 @@ struct LayerShape {
   LayerKind kind = LayerKind::kAttention;
   bool sliding_window = false;  // sees only the last shape.sliding_window positions
   int rotary = 0;               // index into ModelDescription::rotary; -1: no rotary embedding
+  int head_dim = 0;             // floats of each head (Gemma 4: attention.key_length_swa on sliding layers)
+  int hidden_dim = 0;           // the feed-forward's width
   int kv_dim = 0;               // floats of a position's key (and value) in the cache; 0: none
+  // The layer whose cached keys and values it attends over: itself, or an
+  // earlier one (Gemma 4's shared KV layers, which cache none: kv_dim 0).
+  int kv_source = 0;
   // Floats of a sequence's recurrent state: the convolution's last
   // conv_kernel - 1 inputs, and DeltaNet's state matrices; 0: none.
   int conv_state = 0;
@@ -222,8 +276,13 @@ struct ModelDescription {
   std::vector<LayerShape> layers;
   std::vector<RotarySetup> rotary;
   const GgufTensorInfo* token_embd = nullptr;
+  // Gemma 4's per-layer token embeddings (n_embd_per_layer floats for each
+  // layer, per token), or null: a table read by row, as token_embd, never
+  // whole and never part of a unit.
+  const GgufTensorInfo* per_layer_token_embd = nullptr;
   const GgufTensorInfo* rope_factors = nullptr;  // per-pair frequency divisors, or null
-  // Units 0 .. n_layers-1 are the blocks; the rest are the output head, cut
+  // Units 0 .. n_layers-1 are the blocks (block 0 with the family's
+  // first_block tensors); the rest are the output head, cut
   // into pieces of whole output rows no larger than a block, so the ring's
   // buffers never need more than a block (a vocabulary-heavy head can be many
   // blocks' worth). A head piece lists output_norm (the first piece only) and
@@ -240,7 +299,12 @@ struct ModelDescription {
   int first_head_unit() const { return shape.n_layers; }
   int n_units() const { return static_cast<int>(units.size()); }
   bool is_head(int unit) const { return unit >= shape.n_layers; }
-  uint64_t weight_bytes() const;  // every unit plus an untied embedding table
+  // Every unit plus the tables read by row (an untied token_embd,
+  // per_layer_token_embd).
+  uint64_t weight_bytes() const;
+  // The widest layer's sizes: what buffers for every layer take.
+  int max_q_dim() const { return shape.n_heads * shape.max_head_dim(); }
+  int max_kv_dim() const { return shape.n_kv_heads * shape.max_head_dim(); }
   // Multiply-adds of one position through the blocks' matrices (ModelInfo::
   // multiply_adds_per_token).
   uint64_t block_multiply_adds() const;

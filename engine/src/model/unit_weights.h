@@ -91,6 +91,16 @@ struct UnitWeights {
   WeightMatrix ffn_gate, ffn_up, ffn_down;
   const float* post_ffw_norm = nullptr;
 
+  // Gemma 4's per-layer inputs: the projection of the embedding into every
+  // layer's input and its norm (block 0 only), then in each block the branch
+  // after the feed-forward, x += post_norm(proj(gelu(gate x) * input)), and
+  // the scale of the layer's output.
+  WeightMatrix per_layer_model_proj;
+  const float* per_layer_proj_norm = nullptr;
+  WeightMatrix per_layer_gate, per_layer_proj;
+  const float* per_layer_post_norm = nullptr;
+  const float* layer_output_scale = nullptr;
+
   // A piece of the output head: the final norm (first piece only) and some
   // rows of the output matrix.
   const float* output_norm = nullptr;

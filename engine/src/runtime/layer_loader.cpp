@@ -437,10 +437,10 @@ void LayerLoader::load_into(int unit, Slot& slot) {
     };
     if (spec.matrices.size() == 1) {
       slot.view.*spec.matrices[0].matrix = arrange(m);  // all of this unit's rows (a head piece has some)
-    } else {
+    } else {  // a fused tensor: a block's, in its layer's sizes
       int first = 0;
       for (const TensorSpec::RowRange& part : spec.matrices) {
-        const auto rows = static_cast<int>(model_.shape.size(part.rows));
+        const auto rows = static_cast<int>(model_.shape.size(part.rows, model_.layers[static_cast<size_t>(unit)]));
         slot.view.*part.matrix = arrange(m.row_range(first, rows));
         first += rows;
       }
@@ -711,8 +711,11 @@ std::vector<float> LayerLoader::read_vector(const GgufTensorInfo& tensor) {
   return values;
 }
 
-void LayerLoader::embed(const int32_t* tokens, int n, float* out) {
-  const GgufTensorInfo& table = *model_.token_embd;
+void LayerLoader::embed(const int32_t* tokens, int n, float* out, RowTable which) {
+  // token_embd may be in memory (resident, or as the tied head's pieces);
+  // per_layer_token_embd never is.
+  const bool token_table = which == RowTable::kTokens;
+  const GgufTensorInfo& table = token_table ? *model_.token_embd : *model_.per_layer_token_embd;
   const int n_vocab = model_.shape.n_vocab;
   for (int i = 0; i < n; ++i) {
     if (tokens[i] < 0 || tokens[i] >= n_vocab) {
@@ -722,10 +725,11 @@ void LayerLoader::embed(const int32_t* tokens, int n, float* out) {
     }
   }
   const size_t row_bytes = static_cast<size_t>(table.bytes / static_cast<uint64_t>(n_vocab));
-  const size_t dim = static_cast<size_t>(model_.shape.dim);
+  const auto row_length = static_cast<size_t>(table.row_length());
+  const bool resident = token_table && embedding_resident_;
 
   // An untied table within the budget is read whole, once.
-  if (embedding_resident_ && embedding_->state == SlotState::kFree) {
+  if (resident && embedding_->state == SlotState::kFree) {
     const size_t table_bytes = addressable(table.bytes, table.name);
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -743,11 +747,11 @@ void LayerLoader::embed(const int32_t* tokens, int n, float* out) {
   std::vector<const uint8_t*> rows(static_cast<size_t>(n), nullptr);
   std::vector<WeightMatrix> head_matrices(static_cast<size_t>(n));
   std::vector<int> head_rows(static_cast<size_t>(n), -1);
-  {
+  if (token_table) {
     std::lock_guard<std::mutex> lock(mutex_);
     for (int i = 0; i < n; ++i) {
       const auto token = static_cast<size_t>(tokens[i]);
-      if (embedding_resident_) {
+      if (resident) {
         rows[static_cast<size_t>(i)] = embedding_->buffer.data.get() + token * row_bytes;
       } else if (model_.tied_output) {
         const size_t piece = token / static_cast<size_t>(model_.head_rows_per_piece);
@@ -781,7 +785,7 @@ void LayerLoader::embed(const int32_t* tokens, int n, float* out) {
   for (int i = 0; i < n; ++i) {
     if (head_rows[static_cast<size_t>(i)] >= 0) {
       dequantize_matrix_row(head_matrices[static_cast<size_t>(i)], head_rows[static_cast<size_t>(i)],
-                            out + static_cast<size_t>(i) * dim);
+                            out + static_cast<size_t>(i) * row_length);
       continue;
     }
     const uint8_t* row = rows[static_cast<size_t>(i)];
@@ -789,7 +793,7 @@ void LayerLoader::embed(const int32_t* tokens, int n, float* out) {
       const size_t k = static_cast<size_t>(std::lower_bound(missing.begin(), missing.end(), tokens[i]) - missing.begin());
       row = fetched.data() + k * row_bytes;
     }
-    dequantize_row(table.type, row, out + static_cast<size_t>(i) * dim, dim);
+    dequantize_row(table.type, row, out + static_cast<size_t>(i) * row_length, row_length);
   }
 }
 

@@ -82,10 +82,15 @@ class LayerLoader {
   // A small vector tensor outside the units (rope factors), read once, as floats.
   std::vector<float> read_vector(const GgufTensorInfo& tensor);
 
-  // Writes the embedding rows of tokens[0..n) as floats, n rows of dim: from
-  // memory when resident, else with one small read per distinct row, issued
-  // together so that a network source has them in flight at once.
-  void embed(const int32_t* tokens, int n, float* out);
+  // The tables read by row, a row per token: token_embd, and Gemma 4's
+  // per_layer_token_embd (ModelDescription::per_layer_token_embd), which is
+  // never in memory whole nor counted in the budget.
+  enum class RowTable { kTokens, kPerLayer };
+  // Writes the rows of tokens[0..n) in `table` as floats, n rows of its row
+  // length (dim for token_embd): from memory when resident (token_embd
+  // only), else with one small read per distinct row, issued together so
+  // that a network source has them in flight at once.
+  void embed(const int32_t* tokens, int n, float* out, RowTable table = RowTable::kTokens);
 
   // Makes acquire() throw kAborted promptly and stops prefetching, until
   // clear_cancel(). Safe from any thread.

@@ -53,25 +53,32 @@ Transformer::Transformer(const ModelDescription& model, LayerLoader& loader, Thr
   }
   for (const RotarySetup& setup : model.rotary) {
     RopeParams p;
-    p.dims = shape_.rope_dims;
+    p.dims = setup.dims;
     p.style = model.family->rope_style;
     p.freq_base = setup.freq_base;
     p.freq_scale = setup.freq_scale;
     p.attn_factor = shape_.rope_attn_factor;
-    p.factors = rope_factors_.empty() ? nullptr : rope_factors_.data();
+    p.factors = setup.factors && !rope_factors_.empty() ? rope_factors_.data() : nullptr;
     rope_.push_back(p);
   }
   rope_tables_.resize(rope_.size());
+  if (model.family->value_norm) ones_.assign(static_cast<size_t>(shape_.max_head_dim()), 1.0f);
 }
 
 uint64_t Transformer::working_bytes(const ModelDescription& model, int prefill_chunk, int threads) {
   const ModelShape& s = model.shape;
   const auto chunk = static_cast<uint64_t>(std::max(1, std::min(prefill_chunk, s.context_length)));
+  // The widest layer's sizes (hidden_dim is the widest feed-forward).
+  const int q_dim = model.max_q_dim();
+  const int kv_dim = model.max_kv_dim();
   // x, xb, proj; q, att_out; k, v; gate, up; rope tables.
-  uint64_t floats_per_position = 3ull * s.dim + 2ull * s.q_dim() + 2ull * s.kv_dim() + 2ull * s.hidden_dim +
-                                 2ull * s.rope_dims * model.rotary.size();
+  uint64_t floats_per_position = 3ull * s.dim + 2ull * q_dim + 2ull * kv_dim + 2ull * s.hidden_dim;
+  for (const RotarySetup& setup : model.rotary) floats_per_position += 2ull * static_cast<uint64_t>(setup.dims);
+  // Per-layer inputs: every layer's, their projection, a layer's gate.
+  const auto per_layer_all = static_cast<uint64_t>(s.size(Dim::kEmbdAllLayers));
+  floats_per_position += 2 * per_layer_all + static_cast<uint64_t>(s.n_embd_per_layer);
   // A gated attention's query and gate; the recurrent layers' buffers.
-  if (model.family->attention_output_gate) floats_per_position += 3ull * s.q_dim();
+  if (model.family->attention_output_gate) floats_per_position += 3ull * q_dim;
   int widest_mix = 0;
   if (model.has_recurrent_state()) {
     const uint64_t mix = std::max(s.ssm_qkv(), 3 * s.dim);
@@ -80,13 +87,13 @@ uint64_t Transformer::working_bytes(const ModelDescription& model, int prefill_c
     widest_mix = s.ssm_inner;
   }
   // Both 8-bit forms of the widest input.
-  const int widest = std::max({s.dim, s.q_dim(), s.hidden_dim, widest_mix});
+  const int widest = std::max({s.dim, q_dim, s.hidden_dim, widest_mix, s.n_embd_per_layer});
   const uint64_t quantized_per_position = quantized_bytes_per_position(ActivationFormat::kQ8_0, widest) +
                                           quantized_bytes_per_position(ActivationFormat::kQ8_K, widest);
   AttentionShape attention_shape;
   attention_shape.n_heads = s.n_heads;
   attention_shape.n_kv_heads = s.n_kv_heads;
-  attention_shape.head_dim = s.head_dim;
+  attention_shape.head_dim = s.max_head_dim();
   const uint64_t scores = attention_scratch_floats(attention_shape, s.context_length, threads) * 4;
   return chunk * (floats_per_position * 4 + quantized_per_position) + scores + static_cast<uint64_t>(s.n_vocab) * 4;
 }
@@ -148,18 +155,27 @@ void Transformer::forward_rows(const int32_t* tokens, const std::vector<Segment>
   for (const Segment& seg : segments) m = std::max(m, seg.first_row + seg.n);
   const size_t rows = static_cast<size_t>(m);
   const auto dim = static_cast<size_t>(shape_.dim);
+  // The widest layer's sizes (hidden_dim is the widest feed-forward).
+  const auto q_dim = static_cast<size_t>(model_.max_q_dim());
+  const auto kv_dim = static_cast<size_t>(model_.max_kv_dim());
   x_.resize(rows * dim);
   xb_.resize(rows * dim);
-  q_.resize(rows * static_cast<size_t>(shape_.q_dim()));
-  k_.resize(rows * static_cast<size_t>(shape_.kv_dim()));
-  v_.resize(rows * static_cast<size_t>(shape_.kv_dim()));
-  att_out_.resize(rows * static_cast<size_t>(shape_.q_dim()));
+  q_.resize(rows * q_dim);
+  k_.resize(rows * kv_dim);
+  v_.resize(rows * kv_dim);
+  att_out_.resize(rows * q_dim);
   proj_.resize(rows * dim);
   gate_.resize(rows * static_cast<size_t>(shape_.hidden_dim));
   up_.resize(rows * static_cast<size_t>(shape_.hidden_dim));
   if (model_.family->attention_output_gate) {
-    q_gated_.resize(2 * rows * static_cast<size_t>(shape_.q_dim()));
-    attn_gate_.resize(rows * static_cast<size_t>(shape_.q_dim()));
+    q_gated_.resize(2 * rows * q_dim);
+    attn_gate_.resize(rows * q_dim);
+  }
+  if (model_.per_layer_token_embd != nullptr) {
+    const auto all_layers = static_cast<size_t>(shape_.size(Dim::kEmbdAllLayers));
+    per_layer_in_.resize(rows * all_layers);
+    per_layer_proj_.resize(rows * all_layers);
+    per_layer_gate_.resize(rows * static_cast<size_t>(shape_.n_embd_per_layer));
   }
   if (model_.has_recurrent_state()) {
     const auto conv_width = static_cast<size_t>(std::max(shape_.ssm_qkv(), shape_.dim));
@@ -171,8 +187,8 @@ void Transformer::forward_rows(const int32_t* tokens, const std::vector<Segment>
     ssm_g_.resize(rows * static_cast<size_t>(shape_.ssm_value_heads));
     ssm_beta_.resize(rows * static_cast<size_t>(shape_.ssm_value_heads));
   }
-  const size_t table_size = 2 * static_cast<size_t>(shape_.rope_dims);
   for (size_t r = 0; r < rope_.size(); ++r) {
+    const size_t table_size = 2 * static_cast<size_t>(rope_[r].dims);
     rope_tables_[r].resize(rows * table_size);
     for (const Segment& seg : segments) {
       for (int i = 0; i < seg.n; ++i) {
@@ -183,6 +199,11 @@ void Transformer::forward_rows(const int32_t* tokens, const std::vector<Segment>
 
   loader_.embed(tokens, m, x_.data());
   if (model_.family->scale_embedding) scale_in_place(x_.data(), m * shape_.dim, std::sqrt(static_cast<float>(shape_.dim)));
+  // Every layer's per-layer token embeddings, one range read per distinct
+  // token; block 0 adds the projection of x_ to them (per_layer_inputs).
+  if (model_.per_layer_token_embd != nullptr) {
+    loader_.embed(tokens, m, per_layer_in_.data(), LayerLoader::RowTable::kPerLayer);
+  }
 
   for (int l = 0; l < shape_.n_layers; ++l) {
     const UnitWeights& w = loader_.acquire(l);
@@ -246,10 +267,33 @@ void Transformer::for_each_position(int n, int width, const Fn& fn) {
   });
 }
 
+void Transformer::per_layer_inputs(const UnitWeights& w, int n) {
+  // As llama.cpp's Gemma 4: for each layer's slice of npl floats,
+  //   (RMSNorm(per_layer_model_proj(x) / sqrt(dim)) + per_layer_token_embd[token] * sqrt(npl)) / sqrt(2)
+  // with x the scaled embedding (x_ as block 0 starts).
+  const int npl = shape_.n_embd_per_layer;
+  const auto all_layers = static_cast<int>(shape_.size(Dim::kEmbdAllLayers));
+  activations_.reset(x_.data(), n, shape_.dim);
+  matmul(w.per_layer_model_proj, activations_, per_layer_proj_.data(), pool_);
+  const float projection_scale = 1.0f / std::sqrt(static_cast<float>(shape_.dim));
+  const float token_scale = std::sqrt(static_cast<float>(npl));
+  const float input_scale = 1.0f / std::sqrt(2.0f);
+  for_each_position(n, all_layers, [&](int i) {
+    for (int l = 0; l < shape_.n_layers; ++l) {
+      const size_t at = static_cast<size_t>(i) * static_cast<size_t>(all_layers) + static_cast<size_t>(l * npl);
+      float* proj = &per_layer_proj_[at];
+      float* in = &per_layer_in_[at];
+      scale_in_place(proj, npl, projection_scale);
+      rmsnorm(proj, proj, w.per_layer_proj_norm, npl, shape_.rms_eps);
+      for (int j = 0; j < npl; ++j) in[j] = (proj[j] + in[j] * token_scale) * input_scale;
+    }
+  });
+}
+
 void Transformer::run_block(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments) {
   const ModelShape& s = shape_;
   const int dim = s.dim;
-  const int hidden = s.hidden_dim;
+  const int hidden = model_.layers[static_cast<size_t>(layer)].hidden_dim;
   const auto at = [](std::vector<float>& v, int row, int width) {
     return &v[static_cast<size_t>(row) * static_cast<size_t>(width)];
   };
@@ -261,6 +305,7 @@ void Transformer::run_block(int layer, const UnitWeights& w, int n, const std::v
       add_in_place(at(x_, i, dim), at(proj_, i, dim), dim);
     });
   };
+  if (w.per_layer_model_proj) per_layer_inputs(w, n);  // block 0, before x_ changes
 
   // Attention, or a hybrid model's recurrence.
   for_each_position(n, dim, [&](int i) { rmsnorm(at(xb_, i, dim), at(x_, i, dim), w.attn_norm, dim, s.rms_eps); });
@@ -281,13 +326,33 @@ void Transformer::run_block(int layer, const UnitWeights& w, int n, const std::v
   activations_.reset(gate_.data(), n, hidden);
   matmul(w.ffn_down, activations_, proj_.data(), pool_);
   add_branch(w.post_ffw_norm);
+
+  // Gemma 4's per-layer input: x += post_norm(proj(gelu(gate x) * input)).
+  if (w.per_layer_gate) {
+    const int npl = s.n_embd_per_layer;
+    const auto all_layers = static_cast<int>(s.size(Dim::kEmbdAllLayers));
+    activations_.reset(x_.data(), n, dim);
+    matmul(w.per_layer_gate, activations_, per_layer_gate_.data(), pool_);
+    for_each_position(n, npl, [&](int i) {
+      gelu_tanh_glu(at(per_layer_gate_, i, npl), at(per_layer_in_, i, all_layers) + layer * npl, npl);
+    });
+    activations_.reset(per_layer_gate_.data(), n, npl);
+    matmul(w.per_layer_proj, activations_, proj_.data(), pool_);
+    add_branch(w.per_layer_post_norm);
+  }
+  // The layer's output scaled (Gemma 4), residual stream and all.
+  if (w.layer_output_scale != nullptr) scale_in_place(x_.data(), n * dim, w.layer_output_scale[0]);
 }
 
 void Transformer::attend(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments) {
   const ModelShape& s = shape_;
   const LayerShape& this_layer = model_.layers[static_cast<size_t>(layer)];
-  const int q_dim = s.q_dim();
-  const int kv_dim = s.kv_dim();
+  const int head_dim = this_layer.head_dim;
+  const int q_dim = s.n_heads * head_dim;
+  const int kv_dim = s.n_kv_heads * head_dim;
+  // A layer that shares (Gemma 4's last layers) computes queries only, and
+  // attends over the keys and values its source layer cached.
+  const bool own_kv = this_layer.kv_source == layer;
   const bool gated = model_.family->attention_output_gate;
   const auto at = [](std::vector<float>& v, int row, int width) {
     return &v[static_cast<size_t>(row) * static_cast<size_t>(width)];
@@ -295,13 +360,20 @@ void Transformer::attend(int layer, const UnitWeights& w, int n, const std::vect
   // Each head of `vec` normalized on its own (Qwen 3, Gemma 3's Q/K norms).
   const auto norm_heads = [&](float* vec, int n_heads, const float* weight) {
     for (int h = 0; h < n_heads; ++h) {
-      float* head = vec + static_cast<size_t>(h) * static_cast<size_t>(s.head_dim);
-      rmsnorm(head, head, weight, s.head_dim, s.rms_eps);
+      float* head = vec + static_cast<size_t>(h) * static_cast<size_t>(head_dim);
+      rmsnorm(head, head, weight, head_dim, s.rms_eps);
     }
   };
 
-  matmul_each({{&w.attn_q, gated ? q_gated_.data() : q_.data()}, {&w.attn_k, k_.data()}, {&w.attn_v, v_.data()}},
-              activations_, pool_);
+  float* q_out = gated ? q_gated_.data() : q_.data();
+  if (!own_kv) {
+    matmul(w.attn_q, activations_, q_out, pool_);
+  } else if (w.attn_v) {
+    matmul_each({{&w.attn_q, q_out}, {&w.attn_k, k_.data()}, {&w.attn_v, v_.data()}}, activations_, pool_);
+  } else {  // Gemma 4 without attn_v: the values are the keys' projection
+    matmul_each({{&w.attn_q, q_out}, {&w.attn_k, k_.data()}}, activations_, pool_);
+    std::copy_n(k_.data(), static_cast<size_t>(n) * static_cast<size_t>(kv_dim), v_.data());
+  }
   // Which sequence's cache, and which position in it, each row is.
   row_slots_.resize(static_cast<size_t>(n));
   for (const Segment& seg : segments) {
@@ -314,36 +386,40 @@ void Transformer::attend(int layer, const UnitWeights& w, int n, const std::vect
     if (gated) {  // each head's query, then its gate
       const float* row = at(q_gated_, i, 2 * q_dim);
       for (int h = 0; h < s.n_heads; ++h) {
-        const auto head = static_cast<size_t>(h) * static_cast<size_t>(s.head_dim);
-        std::copy_n(row + 2 * head, s.head_dim, q + head);
-        std::copy_n(row + 2 * head + s.head_dim, s.head_dim, at(attn_gate_, i, q_dim) + head);
+        const auto head = static_cast<size_t>(h) * static_cast<size_t>(head_dim);
+        std::copy_n(row + 2 * head, head_dim, q + head);
+        std::copy_n(row + 2 * head + head_dim, head_dim, at(attn_gate_, i, q_dim) + head);
       }
     }
     if (w.attn_q_bias != nullptr) add_in_place(q, w.attn_q_bias, q_dim);
-    if (w.attn_k_bias != nullptr) add_in_place(k, w.attn_k_bias, kv_dim);
-    if (w.attn_v_bias != nullptr) add_in_place(v, w.attn_v_bias, kv_dim);
     if (w.attn_q_norm != nullptr) norm_heads(q, s.n_heads, w.attn_q_norm);
-    if (w.attn_k_norm != nullptr) norm_heads(k, s.n_kv_heads, w.attn_k_norm);
+    const float* table = nullptr;
     if (this_layer.rotary >= 0) {
       const auto r = static_cast<size_t>(this_layer.rotary);
-      const float* table = at(rope_tables_[r], i, 2 * s.rope_dims);
-      rope_rotate(q, s.n_heads, s.head_dim, rope_[r], table);
-      rope_rotate(k, s.n_kv_heads, s.head_dim, rope_[r], table);
+      table = at(rope_tables_[r], i, 2 * rope_[r].dims);
+      rope_rotate(q, s.n_heads, head_dim, rope_[r], table);
     }
+    if (!own_kv) return;
+    if (w.attn_k_bias != nullptr) add_in_place(k, w.attn_k_bias, kv_dim);
+    if (w.attn_v_bias != nullptr) add_in_place(v, w.attn_v_bias, kv_dim);
+    if (w.attn_k_norm != nullptr) norm_heads(k, s.n_kv_heads, w.attn_k_norm);
+    if (model_.family->value_norm) norm_heads(v, s.n_kv_heads, ones_.data());
+    if (table != nullptr) rope_rotate(k, s.n_kv_heads, head_dim, rope_[static_cast<size_t>(this_layer.rotary)], table);
     const RowSlot& slot = row_slots_[static_cast<size_t>(i)];
     slot.cache->store(layer, slot.pos, k, v);
   });
   AttentionShape shape;
   shape.n_heads = s.n_heads;
   shape.n_kv_heads = s.n_kv_heads;
-  shape.head_dim = s.head_dim;
+  shape.head_dim = head_dim;
   shape.scale = s.attention_scale;
   shape.softcap = s.attn_softcap;
   shape.window = this_layer.sliding_window ? s.sliding_window : 0;
   for (const Segment& seg : segments) {
     const size_t offset = static_cast<size_t>(seg.first_row) * static_cast<size_t>(q_dim);
-    attention(q_.data() + offset, seg.n, seg.start_pos, *seg.cache, layer, shape, att_out_.data() + offset, pool_,
-              scores_, seg.batch >= kTiledMinQueries ? AttentionPath::kTiled : AttentionPath::kOneChunk);
+    attention(q_.data() + offset, seg.n, seg.start_pos, *seg.cache, this_layer.kv_source, shape,
+              att_out_.data() + offset, pool_, scores_,
+              seg.batch >= kTiledMinQueries ? AttentionPath::kTiled : AttentionPath::kOneChunk);
   }
   if (gated) {
     for_each_position(n, q_dim, [&](int i) {

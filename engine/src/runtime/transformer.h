@@ -88,6 +88,10 @@ class Transformer {
   // Embeds the batch's tokens and runs every block over it.
   void forward_rows(const int32_t* tokens, const std::vector<Segment>& segments);
   void run_block(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments);
+  // Gemma 4: every layer's per-layer input of the n rows, from their
+  // per-layer token embeddings (per_layer_in_) and x_, with block 0's
+  // projection `w`.
+  void per_layer_inputs(const UnitWeights& w, int n);
   // What mixes the positions of a block (its input normalized in xb_ and
   // quantized in activations_, its output left in proj_): attention, or
   // one of the recurrences of hybrid models.
@@ -118,6 +122,10 @@ class Transformer {
   // Activations for one chunk of positions, row-major [position][feature].
   std::vector<float> x_, xb_, q_, k_, v_, att_out_, proj_, gate_, up_;
   std::vector<float> q_gated_, attn_gate_;  // a gated attention's query with its gate, the gate
+  // Gemma 4's per-layer inputs, [position][layer][n_embd_per_layer]; the
+  // projection of the embedding into them; a layer's gate.
+  std::vector<float> per_layer_in_, per_layer_proj_, per_layer_gate_;
+  std::vector<float> ones_;  // a weight of ones: RMS-normalized values (Gemma 4)
   // The recurrent layers': the input projection (DeltaNet's q, k, v; LFM2's
   // B, C, x), the convolution's input and output, DeltaNet's output gate,
   // log-decay and strength per head, its output.
