@@ -330,6 +330,12 @@ void build_random_model(const GgufFile& vocab, const GeneratorOptions& options, 
     writer.set_uint32(a + "ssm.group_count", static_cast<uint32_t>(shape.ssm_key_heads));
     writer.set_uint32(a + "ssm.time_step_rank", static_cast<uint32_t>(shape.ssm_value_heads));
     writer.set_uint32(a + "ssm.inner_size", static_cast<uint32_t>(shape.ssm_inner));
+    // Qwen3.5's multimodal rotary sections, which llama.cpp requires (for
+    // text every section turns by the position: plain NEOX rotation):
+    // [11, 11, 10, 0] of its 32 rotating pairs, scaled to this shape's.
+    const int pairs = (s.rope_dims > 0 ? s.rope_dims : shape.head_dim) / 2;
+    const int section = (pairs * 11 + 16) / 32;
+    writer.set_int32_array(a + "rope.dimension_sections", {section, section, pairs - 2 * section, 0});
   }
   if (s.head_dim > 0) {
     writer.set_uint32(a + "attention.key_length", static_cast<uint32_t>(s.head_dim));
