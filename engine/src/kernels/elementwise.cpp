@@ -7,16 +7,22 @@
 
 namespace sipllm {
 
+// As ggml's rms_norm: each square rounded to float, their sum held in
+// double, the mean rounded to float.
 void rmsnorm(float* out, const float* x, const float* weight, int n, float eps) {
   const int n4 = n & ~3;
-  v128_t squares = wasm_f32x4_splat(0.0f);
+  v128_t low = wasm_f64x2_splat(0.0), high = low;
   for (int i = 0; i < n4; i += 4) {
     const v128_t v = simd::load(x + i);
-    squares = wasm_f32x4_add(squares, wasm_f32x4_mul(v, v));
+    const v128_t squares = wasm_f32x4_mul(v, v);
+    low = wasm_f64x2_add(low, wasm_f64x2_promote_low_f32x4(squares));
+    high = wasm_f64x2_add(high, wasm_f64x2_promote_low_f32x4(wasm_i32x4_shuffle(squares, squares, 2, 3, 0, 1)));
   }
-  float ss = simd::sum_f32(squares);
-  for (int i = n4; i < n; ++i) ss += x[i] * x[i];
-  const float scale = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+  const v128_t sums = wasm_f64x2_add(low, high);
+  double ss = wasm_f64x2_extract_lane(sums, 0) + wasm_f64x2_extract_lane(sums, 1);
+  for (int i = n4; i < n; ++i) ss += static_cast<double>(x[i] * x[i]);
+  const auto mean = static_cast<float>(ss / n);
+  const float scale = 1.0f / std::sqrt(mean + eps);
   const v128_t scale4 = wasm_f32x4_splat(scale);
   for (int i = 0; i < n4; i += 4) {
     simd::store(out + i, wasm_f32x4_mul(wasm_f32x4_mul(simd::load(x + i), scale4), simd::load(weight + i)));
