@@ -127,7 +127,8 @@ struct ResultSpec {
 // ModelInfo.
 #define SIPLLM_MODEL_INFO_FIELDS(X)                                                                            \
   X(architecture, kText, architecture, "",                                                                     \
-    "general.architecture: 'llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'phi3', 'smollm3'")                  \
+    "general.architecture: 'llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'gemma4', 'phi3', 'qwen35', 'lfm2', "  \
+    "'smollm3'")                                                                                               \
   X(name, kText, name, "", "")                                                                                 \
   X(hyperparameters, kNested, hyperparameters, "ModelHyperparameters", "")                                     \
   X(ggufVersion, kNumber, gguf_version, "", "")                                                                \

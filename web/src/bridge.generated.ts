@@ -125,7 +125,7 @@ export interface EngineEmbedOptions {
 
 /** The model's description (ModelInfo in sipllm/engine.h). */
 export interface ModelInfo {
-  /** general.architecture: 'llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'phi3', 'smollm3' */
+  /** general.architecture: 'llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'gemma4', 'phi3', 'qwen35', 'lfm2', 'smollm3' */
   architecture: string;
   name: string;
   hyperparameters: ModelHyperparameters;

@@ -11,7 +11,7 @@ import { SipLLM } from '../dist/index.js';
 import { RangeServer, collect, nativeRun, repoRoot } from './support.js';
 
 const FIXTURES = join(repoRoot, 'tests/fixtures/arch');
-const FAMILIES = ['llama3', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'phi3', 'smollm3', 'qwen35', 'lfm2'];
+const FAMILIES = ['llama3', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'phi3', 'smollm3', 'qwen35', 'lfm2', 'gemma4'];
 const PROMPT = 'Once upon a time there was a little robot';
 const TOKENS = 12;
 
