@@ -82,7 +82,7 @@ import {
 } from './support.mjs';
 
 const SHAPES = ['smollm-135m', 'qwen2.5-0.5b', 'qwen3-0.6b', 'gemma3-1b', 'llama-3.2-1b', 'qwen3.5-0.8b',
-                'qwen3.5-2b', 'lfm2.5-1.2b'];
+                'qwen3.5-2b', 'lfm2.5-1.2b', 'gemma-4-e2b'];
 // The models' own vocabularies where the project carries them
 // (tests/fixtures/vocab), so that the output head is as heavy as the real
 // model's: 151,936 rows for Qwen3, 128,256 for Llama 3. The Qwen3.5 shapes
@@ -90,6 +90,7 @@ const SHAPES = ['smollm-135m', 'qwen2.5-0.5b', 'qwen3-0.6b', 'gemma3-1b', 'llama
 // Qwen3.5's 248,320 (LFM2.5's default vocabulary to its 65,536).
 const SHAPE_VOCABS = {
   'qwen3-0.6b': 'qwen3', 'llama-3.2-1b': 'llama3', 'gemma3-1b': 'gemma3', 'qwen3.5-0.8b': 'qwen3', 'qwen3.5-2b': 'qwen3',
+  'gemma-4-e2b': 'gemma3',
 };
 const TYPES = ['Q8_0', 'Q4_0', 'Q4_K_M'];
 const TARGETS = { decode: 2.5, prefill: 5, coldTtft: 0.5 };

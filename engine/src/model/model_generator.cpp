@@ -90,7 +90,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 std::vector<std::string> shape_preset_names() {
   return {"tiny", "tiny-k", "kquant-small", "smollm-135m", "qwen2.5-0.5b", "qwen3-0.6b", "gemma3-1b",
-          "llama-3.2-1b", "llama-3.1-8b", "qwen3.5-0.8b", "qwen3.5-2b", "lfm2.5-1.2b"};
+          "llama-3.2-1b", "llama-3.1-8b", "qwen3.5-0.8b", "qwen3.5-2b", "lfm2.5-1.2b", "gemma-4-e2b"};
 }
 
 ShapePreset shape_preset(const std::string& name) {
@@ -150,6 +150,17 @@ ShapePreset shape_preset(const std::string& name) {
     s.context_length = 128000, s.rope_freq_base = 1000000.0f;
     s.conv_kernel = 3, s.attention_layers = {2, 5, 8, 10, 12, 14};
     s.vocab_size = 65536;
+  } else if (name == "gemma-4-e2b") {
+    // google/gemma-4-E2B's config.json (text_config): hidden 1536, 35
+    // layers, 8 heads and 1 KV head, heads of 256 on the sliding layers and
+    // 512 on every fifth (full attention), window 512, intermediate 6144,
+    // doubled on the 20 layers that share K/V, per-layer inputs of 256,
+    // final soft-cap 30, rope theta 1e6 (1e4 sliding), tied.
+    s.architecture = "gemma4";
+    s.dim = 1536, s.n_layers = 35, s.n_heads = 8, s.n_kv_heads = 1, s.head_dim = 512, s.head_dim_swa = 256;
+    s.hidden_dim = 6144, s.double_wide_shared_ffn = true, s.shared_kv_layers = 20, s.n_embd_per_layer = 256;
+    s.context_length = 131072, s.rope_freq_base = 1000000.0f, s.rms_eps = 1e-6f, s.sliding_window = 512;
+    s.final_softcap = 30.0f, s.vocab_size = 262144;
   } else {
     std::string known;
     for (const std::string& n : shape_preset_names()) known += (known.empty() ? "" : ", ") + n;
@@ -292,16 +303,23 @@ void build_random_model(const GgufFile& vocab, const GeneratorOptions& options, 
     shape.conv_kernel = s.conv_kernel > 0 ? s.conv_kernel : 3;
   }
   // Gemma 4 (a sliding flag per layer): every fifth layer attends fully, as
-  // in E2B, all with heads of one size; per-layer inputs of dim / 8 floats
-  // per layer; no shared K/V.
+  // in E2B; the sliding ones with heads of head_dim_swa; per-layer inputs;
+  // the last shared_kv_layers attending with an earlier layer's K/V.
   std::vector<bool> slides(static_cast<size_t>(s.n_layers), false);
-  if (family->sliding_window_flags) {
-    for (int l = 0; l < s.n_layers; ++l) slides[static_cast<size_t>(l)] = l % 5 != 4;
-    shape.n_embd_per_layer = std::max(4, s.dim / 8);
+  std::vector<LayerShape> layer_shapes(static_cast<size_t>(s.n_layers));
+  const int head_dim_swa = s.head_dim_swa > 0 ? s.head_dim_swa : shape.head_dim;
+  const int first_shared = s.n_layers - s.shared_kv_layers;
+  for (int l = 0; l < s.n_layers; ++l) {
+    LayerShape& layer = layer_shapes[static_cast<size_t>(l)];
+    layer.head_dim = shape.head_dim;
+    layer.hidden_dim = shape.hidden_dim;
+    if (family->sliding_window_flags) {
+      slides[static_cast<size_t>(l)] = l % 5 != 4;
+      if (slides[static_cast<size_t>(l)]) layer.head_dim = head_dim_swa;
+      if (s.double_wide_shared_ffn && l >= first_shared) layer.hidden_dim = 2 * shape.hidden_dim;
+    }
   }
-  LayerShape layer_shape;  // every layer's sizes alike
-  layer_shape.head_dim = shape.head_dim;
-  layer_shape.hidden_dim = shape.hidden_dim;
+  if (family->sliding_window_flags) shape.n_embd_per_layer = s.n_embd_per_layer > 0 ? s.n_embd_per_layer : std::max(4, s.dim / 8);
 
   const std::string a = s.architecture + ".";
   writer.set_string("general.architecture", s.architecture);
@@ -312,7 +330,15 @@ void build_random_model(const GgufFile& vocab, const GeneratorOptions& options, 
   writer.set_uint32(a + "context_length", static_cast<uint32_t>(s.context_length));
   writer.set_uint32(a + "embedding_length", static_cast<uint32_t>(s.dim));
   writer.set_uint32(a + "block_count", static_cast<uint32_t>(s.n_layers));
-  writer.set_uint32(a + "feed_forward_length", static_cast<uint32_t>(s.hidden_dim));
+  if (s.double_wide_shared_ffn) {
+    std::vector<int32_t> widths;
+    for (const LayerShape& layer : layer_shapes) widths.push_back(layer.hidden_dim);
+    writer.set_int32_array(a + "feed_forward_length", widths);
+  } else {
+    writer.set_uint32(a + "feed_forward_length", static_cast<uint32_t>(s.hidden_dim));
+  }
+  if (s.shared_kv_layers > 0) writer.set_uint32(a + "attention.shared_kv_layers", static_cast<uint32_t>(s.shared_kv_layers));
+  if (s.final_softcap > 0) writer.set_float32(a + "final_logit_softcapping", s.final_softcap);
   writer.set_uint32(a + "attention.head_count", static_cast<uint32_t>(s.n_heads));
   if (family->hybrid == HybridLayers::kZeroKvHeads) {
     std::vector<int32_t> kv_heads;
@@ -351,9 +377,9 @@ void build_random_model(const GgufFile& vocab, const GeneratorOptions& options, 
     pattern.element_type = GgufType::kBool;
     for (bool slide : slides) pattern.integers.push_back(slide ? 1 : 0);
     writer.set_value(a + "attention.sliding_window_pattern", pattern);
-    writer.set_uint32(a + "attention.key_length_swa", static_cast<uint32_t>(shape.head_dim));
-    writer.set_uint32(a + "attention.value_length_swa", static_cast<uint32_t>(shape.head_dim));
-    writer.set_uint32(a + "rope.dimension_count_swa", static_cast<uint32_t>(shape.head_dim));
+    writer.set_uint32(a + "attention.key_length_swa", static_cast<uint32_t>(head_dim_swa));
+    writer.set_uint32(a + "attention.value_length_swa", static_cast<uint32_t>(head_dim_swa));
+    writer.set_uint32(a + "rope.dimension_count_swa", static_cast<uint32_t>(head_dim_swa));
     writer.set_float32(a + "rope.freq_base_swa", 10000.0f);
     writer.set_uint32(a + "embedding_length_per_layer_input", static_cast<uint32_t>(shape.n_embd_per_layer));
   }
@@ -454,7 +480,8 @@ void build_random_model(const GgufFile& vocab, const GeneratorOptions& options, 
     };
     for (const TensorSpec& spec : family->block) {
       if ((spec.layers & TensorSpec::only(kind)) == 0) continue;
-      add("blk." + std::to_string(l) + "." + spec.name, spec, &layer_shape);
+      if (spec.kv_projection && l >= first_shared) continue;  // attends with an earlier layer's K/V
+      add("blk." + std::to_string(l) + "." + spec.name, spec, &layer_shapes[static_cast<size_t>(l)]);
     }
     if (l == 0) {
       for (const TensorSpec& spec : family->first_block) add(spec.name, spec, nullptr);

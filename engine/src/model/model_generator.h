@@ -49,6 +49,15 @@ struct ShapePreset {
   // table and the output head are as large as the real model's. 0: the
   // vocabulary file's.
   int vocab_size = 0;
+  // Gemma 4: the sliding layers' head size (0: head_dim), the last layers
+  // that attend with an earlier layer's K/V, whose feed-forward is twice as
+  // wide where double_wide_shared_ffn, and the per-layer inputs' width (0:
+  // dim / 8).
+  int head_dim_swa = 0;
+  int shared_kv_layers = 0;
+  bool double_wide_shared_ffn = false;
+  int n_embd_per_layer = 0;
+  float final_softcap = 0;  // 0: the family's default
 };
 
 // Known shapes: "tiny" (tests), "tiny-k" (tests of K-quants: every row a
@@ -57,8 +66,10 @@ struct ShapePreset {
 // "qwen2.5-0.5b" (qwen2, with Q/K/V biases), "qwen3-0.6b", "gemma3-1b",
 // "llama-3.2-1b" (with rope_freqs), "llama-3.1-8b", "qwen3.5-0.8b",
 // "qwen3.5-2b" (qwen35: DeltaNet with every fourth layer attending) and
-// "lfm2.5-1.2b" (lfm2: short convolutions with six attention layers), these
-// three with their vocabularies' sizes (248,320 and 65,536 tokens).
+// "lfm2.5-1.2b" (lfm2: short convolutions with six attention layers) and
+// "gemma-4-e2b" (gemma4: per-layer embeddings, twenty layers sharing K/V),
+// these four with their vocabularies' sizes (248,320, 65,536 and 262,144
+// tokens).
 // Throws for an unknown name.
 ShapePreset shape_preset(const std::string& name);
 std::vector<std::string> shape_preset_names();
