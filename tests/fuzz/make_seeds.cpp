@@ -4,11 +4,13 @@
 //
 // gguf: small complete models of every family and weight type (random
 //   weights, a vocabulary of a few tokens, so that a file is a few KiB and
-//   runs), one with stories260K's 512-token vocabulary, and the headers of the
-//   real files in tests/fixtures/arch and the demo's stories260K, cut where
-//   their tensor data starts.
+//   runs; one of them in Gemma 4's "gemma4" form), one with stories260K's
+//   512-token vocabulary, and the headers of the real files in
+//   tests/fixtures/arch and the demo's stories260K, cut where their tensor
+//   data starts.
 // tokenizer: llama.cpp's tokenizer test texts of the three vocabulary
-//   fixtures, chat markup, invalid UTF-8, and token id sequences.
+//   fixtures, chat markup (Gemma 4's too), invalid UTF-8, and token id
+//   sequences.
 // range_response: the Content-Range values a real server sends (as
 //   scripts/range-server.mjs answers: 206, 416 and 200), responses that are
 //   right, short, long, of another version, and scripted servers for the
@@ -107,6 +109,29 @@ GgufFile tiny_bpe_vocab() {
   return parse_bytes(w.to_bytes());
 }
 
+// Gemma 4's form of vocabulary: BPE merges over UTF-8 text with "\u2581" for
+// spaces, <0xXX> byte fallback, newline tokens, BOS always added.
+GgufFile tiny_gemma4_vocab() {
+  GgufWriter w;
+  const std::vector<std::string> tokens = {"<pad>", "<eos>", "<bos>", "<unk>", "<0x0A>", "<0xC3>", "<0xA9>",
+                                           "\xE2\x96\x81", "a", "b", "ab", "\xE2\x96\x81" "a", "\xE2\x96\x81" "ab",
+                                           "\n", "\n\n", "<turn|>", "<|turn>", "</s>", "<|tool_response>"};
+  std::vector<int32_t> types(tokens.size(), 1);
+  types[0] = types[1] = types[2] = types[15] = types[16] = 3;
+  types[3] = 2;
+  types[4] = types[5] = types[6] = 6;
+  types[18] = 4;
+  w.set_string("tokenizer.ggml.model", "gemma4");
+  w.set_string_array("tokenizer.ggml.tokens", tokens);
+  w.set_int32_array("tokenizer.ggml.token_type", types);
+  w.set_string_array("tokenizer.ggml.merges", {"a b", "\xE2\x96\x81 a", "\xE2\x96\x81 ab", "\n \n"});
+  w.set_uint32("tokenizer.ggml.bos_token_id", 2);
+  w.set_uint32("tokenizer.ggml.eos_token_id", 1);
+  w.set_uint32("tokenizer.ggml.unknown_token_id", 3);
+  w.set_bool("tokenizer.ggml.add_space_prefix", false);
+  return parse_bytes(w.to_bytes());
+}
+
 std::string micro_model(const GgufFile& vocab, const std::string& family, TensorType type, QuantMix mix,
                         int n_layers, bool tied) {
   ShapePreset shape;
@@ -146,6 +171,8 @@ void gguf_seeds() {
   }
   write_seed("gguf", "gemma3-Q4_K_M-mix", micro_model(spm, "gemma3", TensorType::kQ8_0, QuantMix::kQ4_K_M, 2, false));
   write_seed("gguf", "phi3-bpe", micro_model(bpe, "phi3", TensorType::kQ8_0, QuantMix::kPlain, 1, false));
+  write_seed("gguf", "gemma3-gemma4-vocab",
+             micro_model(tiny_gemma4_vocab(), "gemma3", TensorType::kQ8_0, QuantMix::kPlain, 1, true));
 
   // A version 2 file: the reader takes both.
   {
@@ -221,6 +248,14 @@ void tokenizer_seeds() {
   ids_seed({300, 301, 302, 303, 304, 511, 510, 35, 36, 37});
   ids_seed({-1, 0});
   ids_seed({262144, 5});
+  // Gemma 4's chat markup (after the others, so that their names stay).
+  for (const std::string t :
+       {std::string("<bos><|turn>system\nBe brief.<turn|>\n<|turn>user\nHi!<turn|>\n<|turn>model\n"),
+        std::string("<|channel>thought\n...<channel|><|tool_call>call:f{a:<|\"|>x<|\"|>}<tool_call|>"
+                    "<|tool_response></s>")}) {
+    text_seed(2, t);
+    text_seed(3, t);
+  }
 }
 
 // ---- range_response ------------------------------------------------------------------

@@ -1,6 +1,6 @@
 // Tokenizers built from GGUF metadata; see tokenizer.h.
 //
-// Both models follow llama.cpp (src/llama-vocab.cpp) closely, because the
+// The models follow llama.cpp (src/llama-vocab.cpp) closely, because the
 // reference token ids the tests compare against are what llama.cpp produces:
 // the same special-token partition, the same merge order and tie-breaks, the
 // same byte fallback. Where this code chooses differently (it never throws on
@@ -349,6 +349,9 @@ class VocabularyTokenizer : public Tokenizer {
     int32_t eos;
     int32_t unknown;
     bool add_bos;
+    // BOS is added whatever tokenizer.ggml.add_bos_token says (llama.cpp's
+    // override for Gemma 4).
+    bool force_add_bos = false;
   };
 
   // A run of input text still to tokenize, or a special token matched in it.
@@ -384,6 +387,10 @@ class VocabularyTokenizer : public Tokenizer {
     const int32_t id = index_.find(text, {}, TextOf{this});
     return id < n_vocab() ? id : -1;
   }
+
+  // Id of a text: a token's, or one filed by intern() past the vocabulary;
+  // -1 if neither has it.
+  int32_t find_text(std::string_view text) const { return index_.find(text, {}, TextOf{this}); }
 
   // Id of a token the model may produce from plain text, or -1. Control and
   // unknown tokens are never the result of a merge: text can only reach them
@@ -523,6 +530,11 @@ void VocabularyTokenizer::load_common(const GgufFile& file, const Defaults& defa
 
   add_bos_ = file.get_bool(kKeyAddBos, defaults.add_bos);
   add_eos_ = file.get_bool(kKeyAddEos, false);
+  if (defaults.force_add_bos && bos_ < 0) {
+    format_error(std::string("metadata key '") + kKeyBos + "' is missing or names no token, but this " +
+                 "vocabulary always starts a text with BOS (llama.cpp sets '" + kKeyAddBos + "' for it)");
+  }
+  add_bos_ = add_bos_ || defaults.force_add_bos;
   if (add_bos_ && bos_ < 0) {
     format_error(std::string("metadata key '") + kKeyAddBos + "' is true but '" + kKeyBos +
                  "' names no token");
@@ -952,29 +964,42 @@ class SentencePieceTokenizer final : public VocabularyTokenizer {
 };
 
 // ---------------------------------------------------------------------------
-// Byte-level BPE (tokenizer.ggml.model = "gpt2"), as llama.cpp's
-// llm_tokenizer_bpe: split with the pre-tokenizer, write each piece's bytes in
-// GPT-2's printable alphabet, then merge adjacent symbols by merge rank
-// (lowest first, leftmost on ties).
+// BPE driven by a merge list (tokenizer.ggml.merges), as llama.cpp's
+// llm_tokenizer_bpe: adjacent symbols merge by the rank of their pair in the
+// list, lowest first, the leftmost on ties.
 //
 // llama.cpp keys its merges by the pair of texts; here every text a merge
 // names gets an id (the token's id, or a further one past the vocabulary for
 // the rare text that is no token), so that the merge loop looks pairs of ids
 // up and never builds a string.
-class ByteLevelBpeTokenizer final : public VocabularyTokenizer {
- public:
-  explicit ByteLevelBpeTokenizer(const GgufFile& file) {
-    pre_name_ = file.get_string(kKeyPre, "");
-    configure_pre_tokenizer(pre_name_);
-    load_common(file, Defaults{/*bos=*/-1, /*eos=*/-1, /*unknown=*/-1, /*add_bos=*/default_add_bos_});
+class MergeTableTokenizer : public VocabularyTokenizer {
+ protected:
+  // Buffers one encode() call reuses from word to word.
+  struct Symbol {
+    size_t begin;   // in the word's bytes
+    size_t length;  // 0 once merged into its left neighbour
+    int32_t id;     // of its text (a token id, or past the vocabulary), -1 if none has it
+    int prev;
+    int next;
+  };
+  struct Candidate {
+    int32_t rank;
+    int left;
+    int right;
+    int32_t left_id;  // the sides' ids when queued: tell a stale entry apart
+    int32_t right_id;
+    int32_t joined;
+  };
+  struct Scratch {
+    std::vector<Symbol> symbols;
+    std::vector<Candidate> queue;  // a heap, lowest rank then leftmost on top
+    std::string encoded;
+  };
 
-    // Each byte starts out as the symbol of its alphabet code point.
-    for (int b = 0; b < 256; ++b) {
-      std::string symbol;
-      unicode::append_utf8(unicode::byte_to_code_point(static_cast<uint8_t>(b)), &symbol);
-      byte_symbols_[b] = intern(symbol, {});
-    }
+  MergeTableTokenizer() = default;
 
+  // Reads tokenizer.ggml.merges (after load_common).
+  void load_merges(const GgufFile& file) {
     const std::vector<std::string>& lines = file.require_array(kKeyMerges, GgufType::kString).strings;
     merges_.reserve(lines.size());
     // Batches of merges: their texts are looked up together (see find_texts).
@@ -1014,6 +1039,71 @@ class ByteLevelBpeTokenizer final : public VocabularyTokenizer {
       // The first occurrence of a pair keeps its rank.
       for (size_t m = 0; m < count; ++m) merges_.insert(keys[m], ranks[m], ids[3 * m + 2]);
     }
+  }
+
+  // Merges scratch->symbols (a list from index 0, each with its text's id)
+  // until no adjacent pair is in the merge list.
+  void merge_symbols(Scratch* scratch) const {
+    std::vector<Symbol>& symbols = scratch->symbols;
+    std::vector<Candidate>& queue = scratch->queue;
+    queue.clear();
+    // Lowest rank on top of the heap; the leftmost pair on ties.
+    const auto after = [](const Candidate& a, const Candidate& b) {
+      return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
+    };
+    const auto try_add = [&](int left, int right) {
+      if (left < 0 || right < 0 || symbols[left].id < 0 || symbols[right].id < 0) return;
+      const KeyTable::Entry* merge = merges_.find(pair_key(symbols[left].id, symbols[right].id));
+      if (merge == nullptr) return;
+      queue.push_back({merge->first, left, right, symbols[left].id, symbols[right].id, merge->second});
+      std::push_heap(queue.begin(), queue.end(), after);
+    };
+    for (size_t i = 1; i < symbols.size(); ++i) try_add(static_cast<int>(i) - 1, static_cast<int>(i));
+
+    while (!queue.empty()) {
+      std::pop_heap(queue.begin(), queue.end(), after);
+      const Candidate candidate = queue.back();
+      queue.pop_back();
+      Symbol& left = symbols[candidate.left];
+      Symbol& right = symbols[candidate.right];
+      // A side merged away, or grown (and so of another text), since the
+      // pair was queued: the entry is stale. While both sides keep their
+      // texts they are still neighbours.
+      if (left.length == 0 || right.length == 0 || left.id != candidate.left_id ||
+          right.id != candidate.right_id) {
+        continue;
+      }
+      left.length += right.length;
+      left.id = candidate.joined;
+      right.length = 0;
+      left.next = right.next;
+      if (right.next >= 0) symbols[right.next].prev = candidate.left;
+      try_add(left.prev, candidate.left);
+      try_add(candidate.left, left.next);
+    }
+  }
+
+  KeyTable merges_;  // pair_key(left id, right id) -> rank, id of the joined text
+};
+
+// ---------------------------------------------------------------------------
+// Byte-level BPE (tokenizer.ggml.model = "gpt2"): split with the
+// pre-tokenizer, write each piece's bytes in GPT-2's printable alphabet, then
+// merge.
+class ByteLevelBpeTokenizer final : public MergeTableTokenizer {
+ public:
+  explicit ByteLevelBpeTokenizer(const GgufFile& file) {
+    pre_name_ = file.get_string(kKeyPre, "");
+    configure_pre_tokenizer(pre_name_);
+    load_common(file, Defaults{/*bos=*/-1, /*eos=*/-1, /*unknown=*/-1, /*add_bos=*/default_add_bos_});
+
+    // Each byte starts out as the symbol of its alphabet code point.
+    for (int b = 0; b < 256; ++b) {
+      std::string symbol;
+      unicode::append_utf8(unicode::byte_to_code_point(static_cast<uint8_t>(b)), &symbol);
+      byte_symbols_[b] = intern(symbol, {});
+    }
+    load_merges(file);
   }
 
   std::vector<int32_t> encode(std::string_view text, bool add_special,
@@ -1074,28 +1164,6 @@ class ByteLevelBpeTokenizer final : public VocabularyTokenizer {
   }
 
  private:
-  // Buffers one encode() call reuses from word to word.
-  struct Symbol {
-    size_t begin;   // in the word's bytes
-    size_t length;  // 0 once merged into its left neighbour
-    int32_t id;     // of its text (a token id, or past the vocabulary)
-    int prev;
-    int next;
-  };
-  struct Candidate {
-    int32_t rank;
-    int left;
-    int right;
-    int32_t left_id;  // the sides' ids when queued: tell a stale entry apart
-    int32_t right_id;
-    int32_t joined;
-  };
-  struct Scratch {
-    std::vector<Symbol> symbols;
-    std::vector<Candidate> queue;  // a heap, lowest rank then leftmost on top
-    std::string encoded;
-  };
-
   // tokenizer.ggml.pre -> llama.cpp's regex list (and its per-model flags).
   void configure_pre_tokenizer(const std::string& pre) {
     using unicode::PreTokenizer;
@@ -1173,49 +1241,13 @@ class ByteLevelBpeTokenizer final : public VocabularyTokenizer {
     }
 
     std::vector<Symbol>& symbols = scratch->symbols;
-    std::vector<Candidate>& queue = scratch->queue;
     symbols.clear();
-    queue.clear();
     for (size_t i = 0; i < word.size(); ++i) {
       const int index = static_cast<int>(i);
       symbols.push_back({i, 1, byte_symbols_[static_cast<uint8_t>(word[i])], index - 1, index + 1});
     }
     symbols.back().next = -1;
-
-    // Lowest rank on top of the heap; the leftmost pair on ties.
-    const auto after = [](const Candidate& a, const Candidate& b) {
-      return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
-    };
-    const auto try_add = [&](int left, int right) {
-      if (left < 0 || right < 0) return;
-      const KeyTable::Entry* merge = merges_.find(pair_key(symbols[left].id, symbols[right].id));
-      if (merge == nullptr) return;
-      queue.push_back({merge->first, left, right, symbols[left].id, symbols[right].id, merge->second});
-      std::push_heap(queue.begin(), queue.end(), after);
-    };
-    for (size_t i = 1; i < symbols.size(); ++i) try_add(static_cast<int>(i) - 1, static_cast<int>(i));
-
-    while (!queue.empty()) {
-      std::pop_heap(queue.begin(), queue.end(), after);
-      const Candidate candidate = queue.back();
-      queue.pop_back();
-      Symbol& left = symbols[candidate.left];
-      Symbol& right = symbols[candidate.right];
-      // A side merged away, or grown (and so of another text), since the
-      // pair was queued: the entry is stale. While both sides keep their
-      // texts they are still neighbours.
-      if (left.length == 0 || right.length == 0 || left.id != candidate.left_id ||
-          right.id != candidate.right_id) {
-        continue;
-      }
-      left.length += right.length;
-      left.id = candidate.joined;
-      right.length = 0;
-      left.next = right.next;
-      if (right.next >= 0) symbols[right.next].prev = candidate.left;
-      try_add(left.prev, candidate.left);
-      try_add(candidate.left, left.next);
-    }
+    merge_symbols(scratch);
 
     for (int i = 0; i != -1; i = symbols[i].next) {
       const Symbol& symbol = symbols[i];
@@ -1244,7 +1276,165 @@ class ByteLevelBpeTokenizer final : public VocabularyTokenizer {
   bool ignore_merges_ = false;
   bool default_add_bos_ = false;
   int32_t byte_symbols_[256] = {};
-  KeyTable merges_;  // pair_key(left id, right id) -> rank, id of the joined text
+};
+
+// ---------------------------------------------------------------------------
+// BPE over UTF-8 with SentencePiece's spaces (tokenizer.ggml.model =
+// "gemma4"; also "gpt2" with the pre-tokenizer "gemma4" or
+// "granite-embed-multi-311m"), as llama.cpp runs its LLAMA_VOCAB_PRE_TYPE_GEMMA4:
+// Hugging Face's conversion of a SentencePiece model into a BPE. Tokens are
+// UTF-8 text with U+2581 for a space and <0xXX> byte-fallback tokens:
+//   - every space of the text becomes U+2581 (no space is added in front);
+//   - the text splits into runs of newlines and runs of everything else; a
+//     run of newlines that is a token as a whole is that token;
+//   - each run starts out as its UTF-8 characters, which merge by the rank of
+//     their pair in tokenizer.ggml.merges (lowest first, leftmost on ties);
+//   - a piece that is no token falls back to the <0xXX> tokens of its bytes.
+// BOS is always added (llama.cpp overrides tokenizer.ggml.add_bos_token to
+// true for it). Decoding writes U+2581 as a space and keeps a leading space
+// unless tokenizer.ggml.add_space_prefix says otherwise.
+class SpaceMarkerBpeTokenizer final : public MergeTableTokenizer {
+ public:
+  // `model` is tokenizer.ggml.model: "gemma4", or "gpt2" (whose default BOS
+  // and EOS, 11, llama.cpp keeps for it when the file names none).
+  SpaceMarkerBpeTokenizer(const GgufFile& file, const std::string& model) : model_(model) {
+    if (model_ == "gpt2") pre_name_ = file.get_string(kKeyPre, "");
+    const int32_t default_special = model_ == "gpt2" ? 11 : -1;
+    Defaults defaults{/*bos=*/default_special, /*eos=*/default_special, /*unknown=*/-1, /*add_bos=*/true};
+    defaults.force_add_bos = true;
+    load_common(file, defaults);
+    add_space_prefix_ = file.get_bool(kKeyAddSpacePrefix, false);
+    load_merges(file);
+
+    // llama.cpp's byte fallback: the "<0xXX>" token of each byte.
+    static const char kHex[] = "0123456789ABCDEF";
+    for (int b = 0; b < 256; ++b) {
+      const char name[] = {'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>'};
+      byte_tokens_[static_cast<size_t>(b)] = find_token(std::string_view(name, sizeof(name)));
+    }
+  }
+
+  std::vector<int32_t> encode(std::string_view text, bool add_special,
+                              bool parse_special) const override {
+    std::vector<int32_t> ids;
+    if (add_special && add_bos_) ids.push_back(bos_);
+    Scratch scratch;
+    std::string escaped;
+    for (const Fragment& fragment : partition(text, parse_special)) {
+      if (fragment.token >= 0) {
+        ids.push_back(fragment.token);
+        continue;
+      }
+      escaped.clear();
+      for (char c : text.substr(fragment.begin, fragment.end - fragment.begin)) {
+        if (c == ' ') {
+          escaped += kSpaceMarker;
+        } else {
+          escaped += c;
+        }
+      }
+      // llama.cpp's split for this model: "[^\n]+|[\n]+".
+      for (size_t begin = 0; begin < escaped.size();) {
+        const bool newlines = escaped[begin] == '\n';
+        size_t end = begin + 1;
+        while (end < escaped.size() && (escaped[end] == '\n') == newlines) ++end;
+        encode_word(std::string_view(escaped).substr(begin, end - begin), newlines, &scratch, &ids);
+        begin = end;
+      }
+    }
+    if (add_special && add_eos_) ids.push_back(eos_);
+    return ids;
+  }
+
+  std::string token_bytes(int32_t id) const override {
+    const std::string_view text = text_of(static_cast<int32_t>(checked_index(id)));
+    switch (types_[static_cast<size_t>(id)]) {
+      case TokenType::kNormal: {
+        std::string out;
+        out.reserve(text.size());
+        size_t pos = 0;
+        while (pos < text.size()) {
+          if (text.compare(pos, kSpaceMarker.size(), kSpaceMarker) == 0) {
+            out += ' ';
+            pos += kSpaceMarker.size();
+          } else {
+            out += text[pos++];
+          }
+        }
+        return out;
+      }
+      case TokenType::kUserDefined:
+        return std::string(text);
+      case TokenType::kByte: {
+        const int byte = parse_byte_token(text);
+        return byte < 0 ? std::string(text) : std::string(1, static_cast<char>(byte));
+      }
+      default:  // control, unknown, unused, undefined: no text, as in llama.cpp
+        return "";
+    }
+  }
+
+  bool strips_leading_space() const override { return add_space_prefix_; }
+
+  std::string kind() const override {
+    std::string kind = model_ + " (BPE over UTF-8, spaces as U+2581";
+    if (model_ == "gpt2") kind += ", pre-tokenizer " + pre_name_;
+    return kind + ")";
+  }
+
+ private:
+  // Appends the tokens of one run of newlines or of other characters.
+  void encode_word(std::string_view word, bool newlines, Scratch* scratch, std::vector<int32_t>* ids) const {
+    if (newlines) {
+      // llama.cpp's fix for Gemma 4 (its PR 21343): a run of newlines that
+      // is a token is taken whole, whatever the merges would make of it.
+      const int32_t id = find_text_token(word);
+      if (id >= 0) {
+        ids->push_back(id);
+        return;
+      }
+    }
+    // UTF-8 characters. A byte that is not valid UTF-8 is a symbol of its
+    // own, which no merge joins and which falls back to its byte token
+    // (llama.cpp reads it as U+FFFD, which this code does not, so that
+    // decoding gives the text back).
+    std::vector<Symbol>& symbols = scratch->symbols;
+    symbols.clear();
+    for (size_t offset = 0; offset < word.size();) {
+      uint32_t code_point = 0;
+      const size_t length = unicode::decode_utf8(word, offset, &code_point);
+      const int index = static_cast<int>(symbols.size());
+      symbols.push_back({offset, length, find_text(word.substr(offset, length)), index - 1, index + 1});
+      offset += length;
+    }
+    symbols.back().next = -1;
+    merge_symbols(scratch);
+
+    for (int i = 0; i != -1; i = symbols[i].next) {
+      const Symbol& symbol = symbols[i];
+      const int32_t id = text_token(symbol.id);
+      if (id >= 0) {
+        ids->push_back(id);
+        continue;
+      }
+      // Byte fallback. Where a vocabulary has no token for a byte, llama.cpp
+      // drops the byte; this code gives the unknown token, if there is one,
+      // as it does for the other models.
+      for (size_t b = symbol.begin; b < symbol.begin + symbol.length; ++b) {
+        const int32_t byte_id = byte_tokens_[static_cast<uint8_t>(word[b])];
+        if (byte_id >= 0) {
+          ids->push_back(byte_id);
+        } else if (unknown_ >= 0) {
+          ids->push_back(unknown_);
+        }
+      }
+    }
+  }
+
+  std::string model_;
+  std::string pre_name_;
+  bool add_space_prefix_ = false;
+  int32_t byte_tokens_[256] = {};
 };
 
 // Appends `bytes` to `out` with every byte that is not part of a well-formed
@@ -1268,9 +1458,19 @@ void append_valid_utf8(std::string_view bytes, std::string* out) {
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
   const std::string model = file.require_string(kKeyModel);
   if (model == "llama") return std::make_unique<SentencePieceTokenizer>(file);
-  if (model == "gpt2") return std::make_unique<ByteLevelBpeTokenizer>(file);
+  // Gemma 4 (llama.cpp ignores tokenizer.ggml.pre here, and so does this).
+  if (model == "gemma4") return std::make_unique<SpaceMarkerBpeTokenizer>(file, model);
+  if (model == "gpt2") {
+    // Two pre-tokenizer names llama.cpp runs as Gemma 4's BPE (its
+    // converter gives the second to Gemma 3's tokenizer.json, for one).
+    const std::string pre = file.get_string(kKeyPre, "");
+    if (pre == "gemma4" || pre == "granite-embed-multi-311m") {
+      return std::make_unique<SpaceMarkerBpeTokenizer>(file, model);
+    }
+    return std::make_unique<ByteLevelBpeTokenizer>(file);
+  }
   unsupported_error(std::string("metadata key '") + kKeyModel + "' = '" + model +
-                    "': unsupported tokenizer model (supported: llama, gpt2)");
+                    "': unsupported tokenizer model (supported: llama, gpt2, gemma4)");
 }
 
 std::string_view Tokenizer::token_text(int32_t id) const {

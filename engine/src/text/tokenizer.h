@@ -6,6 +6,10 @@
 //   tokenizer.ggml.model = "gpt2": byte-level BPE. The text is split by the
 //     pre-tokenizer named in tokenizer.ggml.pre, bytes are mapped to printable
 //     code points, and pairs merge by their rank in tokenizer.ggml.merges.
+//   tokenizer.ggml.model = "gemma4" (and "gpt2" with tokenizer.ggml.pre
+//     "gemma4"): BPE over UTF-8 characters, pairs merging by their rank in
+//     tokenizer.ggml.merges, with spaces written as "▁", the text split at
+//     newlines, <0xXX> byte fallback, and always a BOS.
 //
 // Special tokens (control and user-defined) are matched in the text before the
 // model runs when parse_special is set; user-defined tokens always are, as in
@@ -73,7 +77,8 @@ class Tokenizer {
   bool is_end_of_generation(int32_t id) const;
   // Those tokens, ascending.
   const std::vector<int32_t>& end_of_generation_tokens() const { return end_of_generation_; }
-  // "llama (SentencePiece BPE)" or "gpt2 (byte-level BPE, pre-tokenizer deepseek-coder)".
+  // "llama (SentencePiece BPE)", "gpt2 (byte-level BPE, pre-tokenizer deepseek-coder)" or
+  // "gemma4 (BPE over UTF-8, spaces as U+2581)".
   virtual std::string kind() const = 0;
 
  protected:

@@ -575,6 +575,142 @@ TEST(TokenizerMetadata, Gpt2NeedsMergesAndAKnownPreTokenizer) {
 }
 
 // ---------------------------------------------------------------------------
+// Gemma 4's BPE (tokenizer.ggml.model = "gemma4"), on a vocabulary small
+// enough to follow by hand. The expected ids are those of llama.cpp's
+// algorithm (src/llama-vocab.cpp: llm_tokenizer_bpe_session::tokenize with
+// LLAMA_VOCAB_PRE_TYPE_GEMMA4): spaces become "▁", the text splits into runs
+// of newlines and runs of the rest, a run of newlines that is a token is
+// taken whole, characters merge by the rank of their pair in the merge list
+// (lowest first, leftmost on ties), and a piece that is no token falls back
+// to its <0xXX> tokens.
+struct TinyGemma4Vocab {
+  std::vector<std::string> tokens = {
+      "<pad>", "<eos>", "<bos>", "<unk>", "<0x0A>", "<0xC3>", "<0xA9>",  // 0-6
+      "\xE2\x96\x81", "a", "b", "ab", "\xE2\x96\x81" "a", "\xE2\x96\x81" "ab",  // 7-12
+      "ba", "\n", "\n\n", "aa", "\t", "<x>", "\xE2\x96\x81\xE2\x96\x81", "a\n"};  // 13-20
+  std::vector<int32_t> types = {3, 3, 3, 2, 6, 6, 6, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, 1};
+  // No "b a" (though "ba" is a token) and no "\n \n" (though "\n\n" is).
+  std::vector<std::string> merges = {"a b", "\xE2\x96\x81 a", "\xE2\x96\x81 ab", "a a",
+                                     "\xE2\x96\x81 \xE2\x96\x81", "a \n"};
+
+  GgufWriter builder() const {
+    GgufWriter b;
+    b.set_string("general.architecture", "gemma4").set_string("tokenizer.ggml.model", "gemma4");
+    b.set_string_array("tokenizer.ggml.tokens", tokens).set_int32_array("tokenizer.ggml.token_type", types);
+    b.set_string_array("tokenizer.ggml.merges", merges);
+    b.set_uint32("tokenizer.ggml.bos_token_id", 2).set_uint32("tokenizer.ggml.eos_token_id", 1);
+    b.set_uint32("tokenizer.ggml.unknown_token_id", 3);
+    return b;
+  }
+};
+
+TEST(TokenizerGemma4, MergesByRankOverCharacters) {
+  const auto t = Tokenizer::from_gguf(parse(TinyGemma4Vocab().builder()));
+  EXPECT_EQ(t->kind(), "gemma4 (BPE over UTF-8, spaces as U+2581)");
+  using V = std::vector<int32_t>;
+  EXPECT_EQ(t->encode("ab", false, false), (V{10}));
+  // "▁ab": "a b" (rank 0) goes before "▁ a" (1), then "▁ ab" (2).
+  EXPECT_EQ(t->encode(" ab", false, false), (V{12}));
+  EXPECT_EQ(t->encode(" a", false, false), (V{11}));
+  // No space in front of the text.
+  EXPECT_EQ(t->encode("a", false, false), (V{8}));
+  // Only listed pairs merge: "ba" is a token, but "b a" no merge (where
+  // SentencePiece would join the two).
+  EXPECT_EQ(t->encode("ba", false, false), (V{9, 8}));
+  // Equal ranks: the leftmost pair first.
+  EXPECT_EQ(t->encode("aaa", false, false), (V{16, 8}));
+  EXPECT_EQ(t->encode("aab", false, false), (V{8, 10}));
+  EXPECT_EQ(t->encode("  ", false, false), (V{19}));
+  EXPECT_EQ(t->encode("   ", false, false), (V{19, 7}));
+  // A literal "▁" is a space.
+  EXPECT_EQ(t->encode("\xE2\x96\x81" "ab", false, false), (V{12}));
+  EXPECT_EQ(t->encode("\t", false, false), (V{17}));
+}
+
+TEST(TokenizerGemma4, SplitsAtNewlines) {
+  const auto t = Tokenizer::from_gguf(parse(TinyGemma4Vocab().builder()));
+  using V = std::vector<int32_t>;
+  // A run of newlines that is a token is that token, merges or not (llama.cpp's
+  // fix for Gemma 4, its pull request 21343); one that is not merges as any
+  // other text (here: no merge for it).
+  EXPECT_EQ(t->encode("\n\n", false, false), (V{15}));
+  EXPECT_EQ(t->encode("\n\n\n", false, false), (V{14, 14, 14}));
+  // No merge crosses a newline, though "a \n" is one.
+  EXPECT_EQ(t->encode("a\n", false, false), (V{8, 14}));
+  EXPECT_EQ(t->encode(" ab\n\n ab", false, false), (V{12, 15, 12}));
+}
+
+TEST(TokenizerGemma4, FallsBackToByteTokens) {
+  const auto t = Tokenizer::from_gguf(parse(TinyGemma4Vocab().builder()));
+  using V = std::vector<int32_t>;
+  EXPECT_EQ(t->encode("\xC3\xA9", false, false), (V{5, 6}));  // é
+  EXPECT_EQ(t->decode({5, 6}), "\xC3\xA9");
+  // Bytes that are no UTF-8 stay bytes (llama.cpp reads them as U+FFFD).
+  EXPECT_EQ(t->encode("\xA9" "a\xC3", false, false), (V{6, 8, 5}));
+  // A byte without a byte token: the unknown token (llama.cpp drops it).
+  EXPECT_EQ(t->encode("xa", false, false), (V{3, 8}));
+}
+
+TEST(TokenizerGemma4, SpecialTokensAndBos) {
+  const TinyGemma4Vocab vocab;
+  const auto t = Tokenizer::from_gguf(parse(vocab.builder()));
+  using V = std::vector<int32_t>;
+  // BOS always, though the file does not ask for it.
+  EXPECT_TRUE(t->add_bos());
+  EXPECT_EQ(t->encode("a", true, false), (V{2, 8}));
+  const auto told_no = Tokenizer::from_gguf(parse(vocab.builder().set_bool("tokenizer.ggml.add_bos_token", false)));
+  EXPECT_EQ(told_no->encode("a", true, false), (V{2, 8}));
+  // User-defined tokens are always matched, control tokens with parse_special.
+  EXPECT_EQ(t->encode("a<x>b", false, false), (V{8, 18, 9}));
+  EXPECT_EQ(t->encode("<bos>a", false, true), (V{2, 8}));
+  const std::vector<int32_t> plain = t->encode("<bos>", false, false);
+  EXPECT_EQ(std::find(plain.begin(), plain.end(), 2), plain.end());
+  EXPECT_TRUE(t->is_end_of_generation(1));
+}
+
+TEST(TokenizerGemma4, DecodesSpacesAndKeepsTheFirst) {
+  const TinyGemma4Vocab vocab;
+  const auto t = Tokenizer::from_gguf(parse(vocab.builder()));
+  EXPECT_FALSE(t->strips_leading_space());
+  EXPECT_EQ(t->decode({2, 11, 12, 18, 19, 15}), " a ab<x>  \n\n");
+  EXPECT_EQ(t->token_bytes(2), "");
+  EXPECT_EQ(t->token_bytes(4), "\n");
+  TextDecoder decoder(*t);
+  std::string streamed;
+  for (int32_t id : {2, 11, 5, 6}) streamed += decoder.push(id);
+  EXPECT_EQ(streamed + decoder.flush(), " a\xC3\xA9");
+  // With tokenizer.ggml.add_space_prefix, llama.cpp drops the first space
+  // when decoding (and still adds none when encoding).
+  const auto prefixed =
+      Tokenizer::from_gguf(parse(vocab.builder().set_bool("tokenizer.ggml.add_space_prefix", true)));
+  EXPECT_TRUE(prefixed->strips_leading_space());
+  EXPECT_EQ(prefixed->encode("a", false, false), (std::vector<int32_t>{8}));
+  EXPECT_EQ(prefixed->decode({2, 11, 12}), "a ab");
+}
+
+TEST(TokenizerGemma4, MetadataErrorsNameTheKey) {
+  const TinyGemma4Vocab vocab;
+  GgufWriter no_bos = vocab.builder();
+  no_bos.remove("tokenizer.ggml.bos_token_id");
+  expect_error([&] { Tokenizer::from_gguf(parse(no_bos)); }, ErrorKind::kFormat, "tokenizer.ggml.bos_token_id");
+  expect_error(
+      [&] { Tokenizer::from_gguf(parse(vocab.builder().set_uint32("tokenizer.ggml.bos_token_id", 0xFFFFFFFFu))); },
+      ErrorKind::kFormat, "tokenizer.ggml.bos_token_id");
+  GgufWriter no_merges = vocab.builder();
+  no_merges.remove("tokenizer.ggml.merges");
+  expect_error([&] { Tokenizer::from_gguf(parse(no_merges)); }, ErrorKind::kFormat, "tokenizer.ggml.merges");
+  expect_error(
+      [&] { Tokenizer::from_gguf(parse(vocab.builder().set_float32_array("tokenizer.ggml.merges", {1.0f}))); },
+      ErrorKind::kFormat, "tokenizer.ggml.merges");
+  // Merge lines that can never match (no separator, an empty side, texts no
+  // token has) are harmless, as in llama.cpp.
+  TinyGemma4Vocab odd;
+  odd.merges.insert(odd.merges.begin(), {"ab", "a ", " a", "q r", "a  b"});
+  const auto t = Tokenizer::from_gguf(parse(odd.builder()));
+  EXPECT_EQ(t->encode(" ab", false, false), (std::vector<int32_t>{12}));
+}
+
+// ---------------------------------------------------------------------------
 // Unicode helpers
 
 TEST(TokenizerUnicode, Categories) {

@@ -1,12 +1,13 @@
 // The vocabularies of current model families (tests/fixtures/vocab/: Qwen3,
-// Qwen3.5, Llama 3, Gemma 3, vocabulary-only GGUFs) against llama.cpp: its
-// token ids for every test case, its end-of-generation tokens, its
-// special-token partition.
+// Qwen3.5, Llama 3, Gemma 3, and Gemma 3's tokens in Gemma 4's form,
+// vocabulary-only GGUFs) against llama.cpp: its token ids for every test
+// case, its end-of-generation tokens, its special-token partition.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -58,9 +59,15 @@ std::string spaces_for_markers(std::string text) {
   return text;
 }
 
+// Whether the tokenizer writes spaces as U+2581 (SentencePiece, and Gemma 4's
+// BPE over UTF-8).
+bool spaces_as_markers(const Tokenizer& tokenizer) {
+  return tokenizer.kind().rfind("llama", 0) == 0 || tokenizer.kind().find("U+2581") != std::string::npos;
+}
+
 // What decode(encode(s, no specials)) gives back for `s`.
 std::string expected_round_trip(const Tokenizer& tokenizer, const std::string& text) {
-  return tokenizer.kind().rfind("llama", 0) == 0 ? spaces_for_markers(text) : text;
+  return spaces_as_markers(tokenizer) ? spaces_for_markers(text) : text;
 }
 
 // ---------------------------------------------------------------------------
@@ -123,8 +130,12 @@ INSTANTIATE_TEST_SUITE_P(
                       CaseFile{"qwen35", "vocab/ggml-vocab-qwen35.gguf", 50},
                       CaseFile{"qwen3", "vocab/ggml-vocab-qwen35.gguf", 50},
                       // llama.cpp's Gemma 4 cases: the Gemma 3 vocabulary
-                      // gives all of them in llama.cpp.
-                      CaseFile{"gemma3", "vocab/ggml-vocab-gemma-4.cases", 46}),
+                      // gives all of them in llama.cpp, and so does its
+                      // tokens in Gemma 4's form (BPE merges,
+                      // tokenizer.ggml.model "gemma4", made by the build),
+                      // which runs them through the gemma4 tokenizer.
+                      CaseFile{"gemma3", "vocab/ggml-vocab-gemma-4.cases", 46},
+                      CaseFile{"gemma4", "vocab/ggml-vocab-gemma-4.cases", 46}),
     [](const ::testing::TestParamInfo<CaseFile>& info) {
       std::string name = std::string(info.param.vocab) + "_" + info.param.cases;
       name = name.substr(0, name.find(".gguf"));
@@ -150,7 +161,7 @@ TEST(VocabRoundTrip, RandomTextDecodesBackExceptSentencePieceMarkers) {
     for (int j = 0; j < parts; ++j) text += alphabet[random() % alphabet.size()];
     texts.push_back(text);
   }
-  for (const char* name : {"qwen3", "qwen35", "llama3", "gemma3"}) {
+  for (const char* name : {"qwen3", "qwen35", "llama3", "gemma3", "gemma4"}) {
     SCOPED_TRACE(name);
     const auto tokenizer = load(name);
     for (const std::string& text : texts) {
@@ -207,6 +218,168 @@ TEST(VocabPreTokenizer, Lfm2IsLlama3s) {
 }
 
 // ---------------------------------------------------------------------------
+// Gemma 4's form: tokenizer.ggml.model "gemma4"
+
+// The vocabulary `name` with its metadata changed by `change`.
+std::unique_ptr<Tokenizer> load_changed(const std::string& name, const std::function<void(GgufWriter&)>& change) {
+  auto source = open_file_source(test::vocab_fixture_path(name));
+  const GgufFile file = GgufFile::parse(*source);
+  GgufWriter writer;
+  for (const auto& [key, value] : file.metadata()) writer.set_value(key, value);
+  change(writer);
+  auto copy = make_memory_source(writer.to_bytes());
+  return Tokenizer::from_gguf(GgufFile::parse(*copy));
+}
+
+TEST(VocabGemma4, IsGemma4sTokenizer) {
+  const auto gemma4 = load("gemma4");
+  EXPECT_EQ(gemma4->kind(), "gemma4 (BPE over UTF-8, spaces as U+2581)");
+  EXPECT_EQ(gemma4->n_vocab(), 262144);
+  EXPECT_EQ(gemma4->bos(), 2);
+  EXPECT_EQ(gemma4->eos(), 106);
+  EXPECT_TRUE(gemma4->add_bos());
+  EXPECT_FALSE(gemma4->add_eos());
+  // No space goes in front of a text, and none is taken off when decoding.
+  EXPECT_FALSE(gemma4->strips_leading_space());
+  EXPECT_EQ(gemma4->encode("Hello", true, false), (std::vector<int32_t>{2, 9259}));
+  EXPECT_EQ(gemma4->encode(" Hello", false, false), (std::vector<int32_t>{26352}));
+  EXPECT_EQ(gemma4->token_text(26352), "\xE2\x96\x81" "Hello");
+  EXPECT_EQ(gemma4->token_bytes(26352), " Hello");
+  EXPECT_EQ(gemma4->decode({2, 26352}), " Hello");
+  // Byte fallback: U+1F999 is no token; its four <0xXX> tokens are.
+  const std::vector<int32_t> llama = gemma4->encode("\xF0\x9F\xA6\x99", false, false);
+  EXPECT_EQ(llama, (std::vector<int32_t>{238 + 0xF0, 238 + 0x9F, 238 + 0xA6, 238 + 0x99}));
+  EXPECT_EQ(gemma4->decode(llama), "\xF0\x9F\xA6\x99");
+  // Special tokens with parse_special, plain text without.
+  EXPECT_EQ(gemma4->encode("<start_of_turn>user\n", false, true), (std::vector<int32_t>{105, 2364, 107}));
+  const std::vector<int32_t> plain = gemma4->encode("<start_of_turn>", false, false);
+  EXPECT_EQ(std::find(plain.begin(), plain.end(), 105), plain.end()) << ids_to_string(plain);
+  EXPECT_EQ(gemma4->decode(plain), "<start_of_turn>");
+}
+
+TEST(VocabGemma4, Gemma3sCasesButTwoThatDifferByDesign) {
+  // Gemma 3's own cases through the gemma4 tokenizer give llama.cpp's
+  // SentencePiece ids, except where the two forms differ:
+  //  - #51 "He▁llo▁ World": SentencePiece's user-defined "▁▁" is two spaces
+  //    in Gemma 3's file (llama.cpp's converter writes it so), which "▁ "
+  //    does not match; here text and token both hold U+2581, and "▁ "
+  //    becomes "▁▁" as in SentencePiece and Hugging Face's tokenizer.
+  //  - #59 "[multimodal] is ...": a user-defined token in Gemma 3's file,
+  //    matched anywhere; an ordinary token in Gemma 4's form, and no merge
+  //    makes it, so the text is spelled by other tokens.
+  const auto gemma4 = load("gemma4");
+  const std::string base = test::fixture_path("vocab/ggml-vocab-gemma3.gguf");
+  const std::vector<test::VocabCase> cases = test::read_vocab_cases(base + ".inp", base + ".out");
+  ASSERT_EQ(cases.size(), 64u);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i) + ": '" + escape(cases[i].text) + "'");
+    const std::vector<int32_t> ids = gemma4->encode(cases[i].text, false, false);
+    if (i == 51) {
+      EXPECT_EQ(ids_to_string(ids), "2209 537 844 138 14447");
+    } else if (i == 59) {
+      EXPECT_NE(ids, cases[i].ids);
+      EXPECT_EQ(std::find(ids.begin(), ids.end(), 5), ids.end());
+    } else {
+      EXPECT_EQ(ids_to_string(ids), ids_to_string(cases[i].ids));
+    }
+  }
+}
+
+TEST(VocabGemma4, SameIdsAsSentencePieceOnOrdinaryText) {
+  // Gemma 4's merges are Gemma 3's SentencePiece pieces and scores turned
+  // into a merge list, so both give the same ids for text without U+2581
+  // (see above) or the markup of the Gemma 3 file's user-defined tokens
+  // ("<b>", "[multimodal]").
+  const std::vector<std::string> alphabet = {
+      "a", "Z", "7", "42", "333", " ", "  ", "   ", "\n", "\n\n", "\t", "\t\t", "'s", "!", "...", "Hello", " world",
+      "\xC3\xA9", "\xE4\xB8\x80", "\xE4\xB8\xAD\xE6\x96\x87", "\xF0\x9F\xA6\x99", "\xF0\x9F\x98\x80", "\xD8\xB9",
+      "\xCC\x81", "\xE1\x9F\x92", "\xE0\xB8\xAA\xE0\xB8\xA7\xE0\xB8\xB1", "\xD0\xBF\xD1\x80\xD0\xB8", "the", "ing",
+      " un", "tion", "://", "\r\n", "{", "}", "(", ")", "\xEF\xBB\xBF", std::string(1, '\0'), "\x7F"};
+  std::mt19937 random(4);
+  const auto gemma3 = load("gemma3");
+  const auto gemma4 = load("gemma4");
+  for (int i = 0; i < 400; ++i) {
+    std::string text;
+    const int parts = static_cast<int>(random() % 40);
+    for (int j = 0; j < parts; ++j) text += alphabet[random() % alphabet.size()];
+    SCOPED_TRACE(escape(text));
+    EXPECT_EQ(ids_to_string(gemma4->encode(text, false, false)), ids_to_string(gemma3->encode(text, false, false)));
+  }
+}
+
+TEST(VocabGemma4, AlwaysStartsWithBos) {
+  // llama.cpp turns tokenizer.ggml.add_bos_token on for Gemma 4 whatever the
+  // file says, so a file must name its BOS.
+  const auto off = load_changed("gemma4", [](GgufWriter& w) { w.set_bool("tokenizer.ggml.add_bos_token", false); });
+  EXPECT_TRUE(off->add_bos());
+  EXPECT_EQ(off->encode("Hi", true, false).front(), 2);
+  const auto missing = [] {
+    load_changed("gemma4", [](GgufWriter& w) { w.remove("tokenizer.ggml.bos_token_id"); });
+  };
+  EXPECT_THROW(missing(), Error);
+  try {
+    missing();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kFormat);
+    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.bos_token_id"), std::string::npos) << e.what();
+  }
+}
+
+TEST(VocabGemma4, BrokenMetadataNamesItsKey) {
+  const struct {
+    const char* what;
+    std::function<void(GgufWriter&)> change;
+    ErrorKind kind;
+    const char* key;
+  } broken[] = {
+      {"no merges", [](GgufWriter& w) { w.remove("tokenizer.ggml.merges"); }, ErrorKind::kFormat,
+       "tokenizer.ggml.merges"},
+      {"merges of numbers", [](GgufWriter& w) { w.set_int32_array("tokenizer.ggml.merges", {1, 2}); },
+       ErrorKind::kFormat, "tokenizer.ggml.merges"},
+      {"no tokens", [](GgufWriter& w) { w.remove("tokenizer.ggml.tokens"); }, ErrorKind::kFormat,
+       "tokenizer.ggml.tokens"},
+      {"token types of another length", [](GgufWriter& w) { w.set_int32_array("tokenizer.ggml.token_type", {1}); },
+       ErrorKind::kFormat, "tokenizer.ggml.token_type"},
+      {"EOS out of range", [](GgufWriter& w) { w.set_uint32("tokenizer.ggml.eos_token_id", 262144); },
+       ErrorKind::kFormat, "tokenizer.ggml.eos_token_id"},
+      {"a space prefix flag of text", [](GgufWriter& w) { w.set_string("tokenizer.ggml.add_space_prefix", "yes"); },
+       ErrorKind::kFormat, "tokenizer.ggml.add_space_prefix"},
+      {"an unknown model", [](GgufWriter& w) { w.set_string("tokenizer.ggml.model", "gemma5"); },
+       ErrorKind::kUnsupported, "tokenizer.ggml.model"},
+  };
+  for (const auto& b : broken) {
+    SCOPED_TRACE(b.what);
+    try {
+      load_changed("gemma4", b.change);
+      ADD_FAILURE() << "loaded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), b.kind) << e.what();
+      EXPECT_NE(std::string(e.what()).find(b.key), std::string::npos) << e.what();
+    }
+  }
+  // llama.cpp ignores tokenizer.ggml.pre for this model, and so does this.
+  const auto odd_pre = load_changed("gemma4", [](GgufWriter& w) { w.set_string("tokenizer.ggml.pre", "qwen2"); });
+  EXPECT_EQ(odd_pre->encode(" Hello", false, false), (std::vector<int32_t>{26352}));
+}
+
+TEST(VocabGemma4, Gpt2WithTheGemma4PreTokenizerIsTheSame) {
+  // llama.cpp runs a "gpt2" vocabulary whose pre-tokenizer is "gemma4" (or
+  // "granite-embed-multi-311m", its converter's name for Gemma 3's
+  // tokenizer.json) through the same code.
+  const auto gemma4 = load("gemma4");
+  for (const char* pre : {"gemma4", "granite-embed-multi-311m"}) {
+    SCOPED_TRACE(pre);
+    const auto gpt2 = load_changed("gemma4", [&](GgufWriter& w) {
+      w.set_string("tokenizer.ggml.model", "gpt2");
+      w.set_string("tokenizer.ggml.pre", pre);
+    });
+    EXPECT_EQ(gpt2->kind(), std::string("gpt2 (BPE over UTF-8, spaces as U+2581, pre-tokenizer ") + pre + ")");
+    const std::string text = " Hello, y'all!\n\n\tI've 33 \xF0\x9F\xA6\x99 \xE4\xB8\xAD\xE6\x96\x87  ";
+    EXPECT_EQ(gpt2->encode(text, true, false), gemma4->encode(text, true, false));
+  }
+}
+
+// ---------------------------------------------------------------------------
 // End of generation
 
 struct EndOfGeneration {
@@ -238,6 +411,9 @@ TEST(VocabEndOfGeneration, TheTokensLlamaCppStopsOn) {
         {151664, "<|file_sep|>"}}},
       {"llama3", {{128001, "<|end_of_text|>"}, {128009, "<|eot_id|>"}}},
       {"gemma3", {{1, "<eos>"}, {106, "<end_of_turn>"}, {212, "</s>"}}},
+      // The same in Gemma 4's form, where "</s>" is a normal token in the
+      // file (as the whole Gemma 3 file's user-defined tokens are).
+      {"gemma4", {{1, "<eos>"}, {106, "<end_of_turn>"}, {212, "</s>"}}},
   };
   for (const EndOfGeneration& vocab : expected) {
     SCOPED_TRACE(vocab.vocab);
@@ -419,7 +595,7 @@ std::vector<int32_t> encode_with_reference_partition(const Tokenizer& tokenizer,
 }
 
 TEST(VocabSpecialTokens, PartitionIsLlamaCpps) {
-  for (const char* name : {"qwen3", "llama3", "gemma3"}) {
+  for (const char* name : {"qwen3", "llama3", "gemma3", "gemma4"}) {
     SCOPED_TRACE(name);
     const auto tokenizer = load(name);
     ASSERT_FALSE(tokenizer->strips_leading_space());
