@@ -53,14 +53,8 @@ if [ "$got" != "$ids" ]; then
   exit 1
 fi
 echo "tokens: $ids"
-max_rms_sd=$("$python" -c 'import json, os, sys
-name = os.path.basename(sys.argv[2])
-for entry in json.load(open(sys.argv[1])).values():
-    for rec in (entry.get("files", {}).values() if isinstance(entry, dict) else ()):
-        if rec.get("file") == name and "numpy_check" in rec:
-            print(max(0.03, 2 * rec["numpy_check"]["mean_dsd"]))
-            sys.exit(0)
-print(0.03)' "$manifest" "$model")
+bound=$("$python" "$here/compare_logits.py" --bound "$manifest" "$model")
+max_rms_sd=${bound%% *}
 "$sipllm" run -m "$model" -p "$prompt" -n 0 --ctx 512 --logits-out "$tmp/engine.bin" > /dev/null
 "$python" "$here/gguf_reference.py" "$model" --tokens "$ids" --ctx 512 --describe --like-llama-cpp \
   --out "$tmp/reference.bin"

@@ -43,15 +43,7 @@ ids=$("$python" -c 'import json, sys
 print(" ".join(map(str, json.load(open(sys.argv[1]))["_common"]["prompt_token_ids"])))' "$manifest")
 echo "tokens: $ids"
 # the bound, and llama.cpp's distance from float64 when the manifest gives it
-bound=$("$python" -c 'import json, os, sys
-name = os.path.basename(sys.argv[2])
-for entry in json.load(open(sys.argv[1])).values():
-    for rec in (entry.get("files", {}).values() if isinstance(entry, dict) else ()):
-        if rec.get("file") == name and "numpy_check" in rec:
-            mean = rec["numpy_check"]["mean_dsd"]
-            print(max(0.03, 2 * mean), mean)
-            sys.exit(0)
-print(0.03)' "$manifest" "$model")
+bound=$("$python" "$here/compare_logits.py" --bound "$manifest" "$model")
 max_rms_sd=${bound%% *}
 if [ "$max_rms_sd" != "$bound" ]; then
   echo "llama.cpp vs float64 (manifest numpy_check): mean |difference|/sd ${bound#* };" \

@@ -118,7 +118,32 @@ def compare(oracle, other, clear, max_rms_sd, label='', report_only=False):
     return ok
 
 
+def fixture_bound(manifest_path, model_path):
+    """The RMS/sd bound for a fixture: 0.03, or for a file whose manifest
+    record gives numpy_check (llama.cpp's own mean |difference|/sd from
+    float64 arithmetic) max(0.03, 2 x that); with the mean, or None."""
+    name = os.path.basename(model_path)
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    for entry in manifest.values():
+        for rec in (entry.get('files', {}).values() if isinstance(entry, dict) else ()):
+            if rec.get('file') == name and 'numpy_check' in rec:
+                mean = rec['numpy_check']['mean_dsd']
+                return max(0.03, 2 * mean), mean
+    return 0.03, None
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ['--bound']:
+        # compare_logits.py --bound MANIFEST MODEL.gguf: prints the bound, and
+        # the manifest's numpy_check mean when it gives one
+        if len(argv) != 3:
+            print("usage: compare_logits.py --bound MANIFEST MODEL.gguf", file=sys.stderr)
+            return 2
+        bound, mean = fixture_bound(argv[1], argv[2])
+        print(bound if mean is None else f"{bound} {mean}")
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('oracle', help='the logits to match (its rows give the scale)')
     ap.add_argument('other', help='the logits to judge')
