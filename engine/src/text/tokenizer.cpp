@@ -335,6 +335,37 @@ int parse_byte_token(std::string_view text) {
   return value;
 }
 
+// The bytes of a token of a vocabulary that writes spaces as U+2581
+// (SentencePiece's, Gemma 4's BPE): a normal token's text with its markers
+// as spaces, a byte token's byte; control, unknown, unused and undefined
+// tokens have no text, as in llama.cpp.
+std::string marked_token_bytes(std::string_view text, TokenType type) {
+  switch (type) {
+    case TokenType::kNormal: {
+      std::string out;
+      out.reserve(text.size());
+      size_t pos = 0;
+      while (pos < text.size()) {
+        if (text.compare(pos, kSpaceMarker.size(), kSpaceMarker) == 0) {
+          out += ' ';
+          pos += kSpaceMarker.size();
+        } else {
+          out += text[pos++];
+        }
+      }
+      return out;
+    }
+    case TokenType::kUserDefined:
+      return std::string(text);
+    case TokenType::kByte: {
+      const int byte = parse_byte_token(text);
+      return byte < 0 ? std::string(text) : std::string(1, static_cast<char>(byte));
+    }
+    default:
+      return "";
+  }
+}
+
 // Both models share the vocabulary bookkeeping: metadata loading, the text
 // to id map, and the special-token partition of the input.
 class VocabularyTokenizer : public Tokenizer {
@@ -820,31 +851,7 @@ class SentencePieceTokenizer final : public VocabularyTokenizer {
   }
 
   std::string token_bytes(int32_t id) const override {
-    const std::string_view text = text_of(static_cast<int32_t>(checked_index(id)));
-    switch (types_[static_cast<size_t>(id)]) {
-      case TokenType::kNormal: {
-        std::string out;
-        out.reserve(text.size());
-        size_t pos = 0;
-        while (pos < text.size()) {
-          if (text.compare(pos, kSpaceMarker.size(), kSpaceMarker) == 0) {
-            out += ' ';
-            pos += kSpaceMarker.size();
-          } else {
-            out += text[pos++];
-          }
-        }
-        return out;
-      }
-      case TokenType::kUserDefined:
-        return std::string(text);
-      case TokenType::kByte: {
-        const int byte = parse_byte_token(text);
-        return byte < 0 ? std::string(text) : std::string(1, static_cast<char>(byte));
-      }
-      default:  // control, unknown, unused, undefined: no text, as in llama.cpp
-        return "";
-    }
+    return marked_token_bytes(text_of(static_cast<int32_t>(checked_index(id))), types_[static_cast<size_t>(id)]);
   }
 
   bool strips_leading_space() const override { return add_space_prefix_; }
@@ -1347,31 +1354,7 @@ class SpaceMarkerBpeTokenizer final : public MergeTableTokenizer {
   }
 
   std::string token_bytes(int32_t id) const override {
-    const std::string_view text = text_of(static_cast<int32_t>(checked_index(id)));
-    switch (types_[static_cast<size_t>(id)]) {
-      case TokenType::kNormal: {
-        std::string out;
-        out.reserve(text.size());
-        size_t pos = 0;
-        while (pos < text.size()) {
-          if (text.compare(pos, kSpaceMarker.size(), kSpaceMarker) == 0) {
-            out += ' ';
-            pos += kSpaceMarker.size();
-          } else {
-            out += text[pos++];
-          }
-        }
-        return out;
-      }
-      case TokenType::kUserDefined:
-        return std::string(text);
-      case TokenType::kByte: {
-        const int byte = parse_byte_token(text);
-        return byte < 0 ? std::string(text) : std::string(1, static_cast<char>(byte));
-      }
-      default:  // control, unknown, unused, undefined: no text, as in llama.cpp
-        return "";
-    }
+    return marked_token_bytes(text_of(static_cast<int32_t>(checked_index(id))), types_[static_cast<size_t>(id)]);
   }
 
   bool strips_leading_space() const override { return add_space_prefix_; }
