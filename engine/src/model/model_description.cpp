@@ -131,7 +131,19 @@ ModelShape read_shape(const GgufFile& file, const Family& family, int context_le
     format_error(keys.key("block_count") + " " + std::to_string(s.n_layers) + " is more blocks than the file's " +
                  std::to_string(file.tensors().size()) + " tensors can hold");
   }
-  const std::vector<int> hidden = keys.sizes("feed_forward_length", s.n_layers);
+  // Blocks past the last one a token passes through: next-token prediction
+  // layers (Qwen3.5's MTP, as llama.cpp's converter counts them in
+  // block_count), loaded by llama.cpp for speculative decoding and never run
+  // for text generation: their tensors are accepted and not read.
+  const int blocks = s.n_layers;
+  s.prediction_layers = keys.has("nextn_predict_layers") ? keys.size("nextn_predict_layers") : 0;
+  if (s.prediction_layers >= blocks) {
+    format_error(keys.key("nextn_predict_layers") + " " + std::to_string(s.prediction_layers) + " leaves none of the " +
+                 std::to_string(blocks) + " blocks (" + keys.key("block_count") + ") to run");
+  }
+  s.n_layers = blocks - s.prediction_layers;
+  std::vector<int> hidden = keys.sizes("feed_forward_length", blocks);
+  hidden.resize(static_cast<size_t>(s.n_layers));
   s.hidden_dim = *std::max_element(hidden.begin(), hidden.end());
   s.n_heads = keys.size("attention.head_count");
   if (family.hybrid == HybridLayers::kZeroKvHeads) {
@@ -673,6 +685,9 @@ ModelDescription describe_model(const GgufFile& file, int context_length) {
   for (const GgufTensorInfo& t : file.tensors()) {
     for (const std::string& part : family.unused_tensors) {
       if (t.name.find(part) != std::string::npos) tensors.mark_used(t.name);
+    }
+    for (int l = s.n_layers; l < s.n_layers + s.prediction_layers; ++l) {
+      if (t.name.rfind("blk." + std::to_string(l) + ".", 0) == 0) tensors.mark_used(t.name);
     }
   }
   tensors.refuse_unused(d.architecture);

@@ -171,7 +171,8 @@ const std::vector<Family>& supported_families();
 const Family* find_family(std::string_view architecture);
 
 struct ModelShape {
-  int n_layers = 0;
+  int n_layers = 0;           // the blocks a token passes through
+  int prediction_layers = 0;  // {arch}.nextn_predict_layers: blocks after them, never run
   int dim = 0;         // embedding_length
   int n_heads = 0;
   int n_kv_heads = 0;

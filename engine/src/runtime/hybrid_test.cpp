@@ -174,6 +174,28 @@ TEST(Hybrid, TheStateAndTheCacheAreCountedForTheLayersThatKeepThem) {
   EXPECT_EQ(stats.recurrent_state_bytes, 0u);
 }
 
+// Qwen3.5 files count their next-token prediction block in block_count
+// (nextn_predict_layers); it is accepted, never read, and changes nothing.
+TEST(Hybrid, ANextTokenPredictionBlockIsAcceptedAndNotRun) {
+  GgufWriter plain = test::random_family_writer("qwen35");
+  GgufWriter with_mtp = test::random_family_writer("qwen35");
+  with_mtp.set_uint32("qwen35.block_count", 5);
+  with_mtp.set_uint32("qwen35.nextn_predict_layers", 1);
+  for (const char* name : {"blk.4.attn_norm.weight", "blk.4.nextn.enorm.weight", "blk.4.nextn.hnorm.weight"}) {
+    with_mtp.add_tensor(name, {64}, TensorType::kF32, std::vector<uint8_t>(64 * 4, 0));
+  }
+  with_mtp.add_tensor("blk.4.nextn.eh_proj.weight", {128, 64}, TensorType::kF32, std::vector<uint8_t>(128 * 64 * 4, 0));
+  auto expected = Engine::open(make_memory_source(plain.to_bytes()));
+  auto engine = Engine::open(make_memory_source(with_mtp.to_bytes()));
+  EXPECT_EQ(engine->info().hyperparameter("n_layers"), 4);
+  EXPECT_EQ(engine->evaluate(prompt_of(9)), expected->evaluate(prompt_of(9)));
+  // All blocks prediction layers: nothing to run.
+  with_mtp.set_uint32("qwen35.nextn_predict_layers", 5);
+  const Error e = test::expect_error([&] { Engine::open(make_memory_source(with_mtp.to_bytes())); });
+  EXPECT_NE(std::string(e.what()).find("qwen35.nextn_predict_layers 5 leaves none of the 5 blocks"), std::string::npos)
+      << e.what();
+}
+
 // Fails every read at or past `from` while armed: a prefill that stops
 // partway through the blocks.
 class FailingSource final : public WeightSource {
