@@ -343,7 +343,7 @@ class EngineImpl final : public Engine {
   static uint64_t working_bytes(const ModelDescription& model, const EngineOptions& options, int chunk, int threads) {
     return Transformer::working_bytes(model, chunk, threads) +
            KvCache::first_page_bytes(model.layer_kv_dims(), options.kv_cache_type) +
-           RecurrentState::bytes_with_checkpoint(model);
+           RecurrentState::bytes_with_checkpoint(model) + LayerLoader::recent_rows_bytes(model);
   }
 
   // The largest prefill chunk, up to the option's, whose activations leave

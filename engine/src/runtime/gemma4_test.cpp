@@ -137,6 +137,14 @@ TEST(Gemma4, PerLayerEmbeddingsAreReadByRowOncePerDistinctToken) {
     got = reads->take();
     ASSERT_EQ(got.size(), 1u);
     EXPECT_EQ(got[0].first, table->offset + 19 * row_bytes);
+    // A token seen before: its row is still in memory (RecentRows), and so
+    // are the prompt's when it runs again.
+    longer.push_back(403);
+    engine->evaluate(longer);
+    EXPECT_TRUE(reads->take().empty());
+    engine->reset();
+    engine->evaluate(prompt);
+    EXPECT_TRUE(reads->take().empty());
   }
 }
 

@@ -764,10 +764,25 @@ void LayerLoader::embed(const int32_t* tokens, int n, float* out, RowTable which
     }
   }
 
+  // Rows read lately, kept: written out now, before put() below reuses
+  // their slots.
+  std::unique_ptr<RecentRows>& recent = recent_rows_[static_cast<size_t>(which)];
+  if (recent == nullptr) recent = std::make_unique<RecentRows>(row_bytes, RecentRows::capacity_for(row_bytes));
+  std::vector<bool> done(static_cast<size_t>(n), false);
+  for (int i = 0; i < n; ++i) {
+    if (rows[static_cast<size_t>(i)] != nullptr || head_rows[static_cast<size_t>(i)] >= 0) continue;
+    if (const uint8_t* kept = recent->find(tokens[i])) {
+      dequantize_row(table.type, kept, out + static_cast<size_t>(i) * row_length, row_length);
+      done[static_cast<size_t>(i)] = true;
+    }
+  }
+
   // The rest: each distinct row read once, all in one batch.
   std::vector<int32_t> missing;
   for (int i = 0; i < n; ++i) {
-    if (rows[static_cast<size_t>(i)] == nullptr && head_rows[static_cast<size_t>(i)] < 0) missing.push_back(tokens[i]);
+    if (rows[static_cast<size_t>(i)] == nullptr && head_rows[static_cast<size_t>(i)] < 0 && !done[static_cast<size_t>(i)]) {
+      missing.push_back(tokens[i]);
+    }
   }
   std::sort(missing.begin(), missing.end());
   missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
@@ -783,6 +798,7 @@ void LayerLoader::embed(const int32_t* tokens, int n, float* out, RowTable which
     stats_.embedding_bytes_read += fetched.size();
   }
   for (int i = 0; i < n; ++i) {
+    if (done[static_cast<size_t>(i)]) continue;
     if (head_rows[static_cast<size_t>(i)] >= 0) {
       dequantize_matrix_row(head_matrices[static_cast<size_t>(i)], head_rows[static_cast<size_t>(i)],
                             out + static_cast<size_t>(i) * row_length);
@@ -795,6 +811,17 @@ void LayerLoader::embed(const int32_t* tokens, int n, float* out, RowTable which
     }
     dequantize_row(table.type, row, out + static_cast<size_t>(i) * row_length, row_length);
   }
+  for (size_t k = 0; k < missing.size(); ++k) recent->put(missing[k], fetched.data() + k * row_bytes);
+}
+
+uint64_t LayerLoader::recent_rows_bytes(const ModelDescription& model) {
+  uint64_t bytes = 0;
+  for (const GgufTensorInfo* table : {model.token_embd, model.per_layer_token_embd}) {
+    if (table == nullptr) continue;
+    const auto row_bytes = static_cast<size_t>(table->bytes / static_cast<uint64_t>(model.shape.n_vocab));
+    bytes += static_cast<uint64_t>(RecentRows::capacity_for(row_bytes)) * row_bytes;
+  }
+  return bytes;
 }
 
 // ---- Control and counters ---------------------------------------------------------

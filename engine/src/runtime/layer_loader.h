@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "model/model_description.h"
+#include "runtime/recent_rows.h"
 #include "model/unit_weights.h"
 #include "sipllm/engine.h"
 #include "sipllm/weight_source.h"
@@ -90,7 +91,11 @@ class LayerLoader {
   // length (dim for token_embd): from memory when resident (token_embd
   // only), else with one small read per distinct row, issued together so
   // that a network source has them in flight at once.
+  // The last rows read of each table are kept (RecentRows), so that a token
+  // seen again is not read again.
   void embed(const int32_t* tokens, int n, float* out, RowTable table = RowTable::kTokens);
+  // The memory the kept rows take at most, which the budget must allow.
+  static uint64_t recent_rows_bytes(const ModelDescription& model);
 
   // Makes acquire() throw kAborted promptly and stops prefetching, until
   // clear_cancel(). Safe from any thread.
@@ -182,6 +187,7 @@ class LayerLoader {
   int ring_buffers_ = 1;  // what the budget allows of the ring asked for
   bool embedding_resident_ = false;
   std::unique_ptr<Slot> embedding_;  // the whole token_embd when resident and untied
+  std::unique_ptr<RecentRows> recent_rows_[2];  // per RowTable, made on first use (compute thread only)
 
   mutable std::mutex mutex_;
   // The compute thread waits on changed_ (for a unit, for room in the
