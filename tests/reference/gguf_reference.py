@@ -536,22 +536,7 @@ class Model:
         self.n_vocab = emb.dims[1]
 
         used = set()
-        self.act_block = {}  # id(matrix) -> block of the 8-bit activations it takes, or None
-
-        def W(name, *dims):  # dims in ggml order: ne0 (row length) first
-            if name not in gguf.tensors:
-                raise GGUFError(f"missing tensor {name}")
-            if gguf.tensors[name].dims != list(dims):
-                raise GGUFError(f"tensor {name} has dims {gguf.tensors[name].dims}, "
-                                f"expected {list(dims)}")
-            used.add(name)
-            m = gguf.tensor(name).astype(dtype)
-            self.act_block[id(m)] = (ACTIVATION_BLOCK.get(gguf.tensors[name].ttype)
-                                     if q8_activations or like_llama_cpp else None)
-            return m
-
-        def optional(name, *dims):
-            return W(name, *dims) if name in gguf.tensors else None
+        W, optional = self._tensor_readers(gguf, dtype, q8_activations or like_llama_cpp, used)
 
         d, hd, V = self.dim, self.head_dim, self.n_vocab
         nq, nkv = self.n_head * hd, self.n_kv * hd
@@ -619,6 +604,30 @@ class Model:
         # 8-bit activations are ggml's q8_0/q8_K blocks, in every engine that uses them
         self.ggml_q8 = self.ggml_q8 or q8_activations
         self.ff = None if self.rope_factors is None else self.rope_factors.astype(np.float64)
+
+    def _tensor_readers(self, gguf, dtype, rounds_activations, used):
+        """W(name, *dims) reads a tensor of exactly those dims (ggml order: ne0,
+        the row length, first) as dtype, noting in self.act_block the block of
+        the 8-bit activations a product with it takes (None when activations
+        are not rounded); optional(name, *dims) the same, or None when absent.
+        Both add the name to `used`."""
+        self.act_block = {}  # id(matrix) -> block of the 8-bit activations it takes, or None
+
+        def W(name, *dims):
+            if name not in gguf.tensors:
+                raise GGUFError(f"missing tensor {name}")
+            if gguf.tensors[name].dims != list(dims):
+                raise GGUFError(f"tensor {name} has dims {gguf.tensors[name].dims}, "
+                                f"expected {list(dims)}")
+            used.add(name)
+            m = gguf.tensor(name).astype(dtype)
+            self.act_block[id(m)] = ACTIVATION_BLOCK.get(gguf.tensors[name].ttype) if rounds_activations else None
+            return m
+
+        def optional(name, *dims):
+            return W(name, *dims) if name in gguf.tensors else None
+
+        return W, optional
 
     def describe(self):
         """One line of what this file makes the reference compute."""
@@ -961,22 +970,7 @@ class HybridModel(Model):
         self.n_vocab = emb.dims[1]
 
         used = set()
-        self.act_block = {}
-
-        def W(name, *dims):  # dims in ggml order: ne0 (row length) first
-            if name not in gguf.tensors:
-                raise GGUFError(f"missing tensor {name}")
-            if gguf.tensors[name].dims != list(dims):
-                raise GGUFError(f"tensor {name} has dims {gguf.tensors[name].dims}, "
-                                f"expected {list(dims)}")
-            used.add(name)
-            m = gguf.tensor(name).astype(dtype)
-            self.act_block[id(m)] = (ACTIVATION_BLOCK.get(gguf.tensors[name].ttype)
-                                     if q8_activations or like_llama_cpp else None)
-            return m
-
-        def optional(name, *dims):
-            return W(name, *dims) if name in gguf.tensors else None
+        W, optional = self._tensor_readers(gguf, dtype, q8_activations or like_llama_cpp, used)
 
         d, V = self.dim, self.n_vocab
         self.tok_embd = W('token_embd.weight', d, V)
