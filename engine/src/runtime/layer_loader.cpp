@@ -764,12 +764,15 @@ void LayerLoader::embed(const int32_t* tokens, int n, float* out, RowTable which
     }
   }
 
-  // Rows read lately, kept: written out now, before put() below reuses
-  // their slots.
-  std::unique_ptr<RecentRows>& recent = recent_rows_[static_cast<size_t>(which)];
-  if (recent == nullptr) recent = std::make_unique<RecentRows>(row_bytes, RecentRows::capacity_for(row_bytes));
+  // Per-layer rows read lately, kept (token rows are mostly in memory
+  // already, as the resident head's): written out now, before put() below
+  // reuses their slots.
+  if (!token_table && recent_per_layer_rows_ == nullptr) {
+    recent_per_layer_rows_ = std::make_unique<RecentRows>(row_bytes, RecentRows::capacity_for(row_bytes));
+  }
+  RecentRows* recent = token_table ? nullptr : recent_per_layer_rows_.get();
   std::vector<bool> done(static_cast<size_t>(n), false);
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0; i < n && recent != nullptr; ++i) {
     if (rows[static_cast<size_t>(i)] != nullptr || head_rows[static_cast<size_t>(i)] >= 0) continue;
     if (const uint8_t* kept = recent->find(tokens[i])) {
       dequantize_row(table.type, kept, out + static_cast<size_t>(i) * row_length, row_length);
@@ -811,17 +814,14 @@ void LayerLoader::embed(const int32_t* tokens, int n, float* out, RowTable which
     }
     dequantize_row(table.type, row, out + static_cast<size_t>(i) * row_length, row_length);
   }
-  for (size_t k = 0; k < missing.size(); ++k) recent->put(missing[k], fetched.data() + k * row_bytes);
+  for (size_t k = 0; k < missing.size() && recent != nullptr; ++k) recent->put(missing[k], fetched.data() + k * row_bytes);
 }
 
 uint64_t LayerLoader::recent_rows_bytes(const ModelDescription& model) {
-  uint64_t bytes = 0;
-  for (const GgufTensorInfo* table : {model.token_embd, model.per_layer_token_embd}) {
-    if (table == nullptr) continue;
-    const auto row_bytes = static_cast<size_t>(table->bytes / static_cast<uint64_t>(model.shape.n_vocab));
-    bytes += static_cast<uint64_t>(RecentRows::capacity_for(row_bytes)) * row_bytes;
-  }
-  return bytes;
+  const GgufTensorInfo* table = model.per_layer_token_embd;
+  if (table == nullptr) return 0;
+  const auto row_bytes = static_cast<size_t>(table->bytes / static_cast<uint64_t>(model.shape.n_vocab));
+  return static_cast<uint64_t>(RecentRows::capacity_for(row_bytes)) * row_bytes;
 }
 
 // ---- Control and counters ---------------------------------------------------------

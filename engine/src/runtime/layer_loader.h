@@ -91,8 +91,8 @@ class LayerLoader {
   // length (dim for token_embd): from memory when resident (token_embd
   // only), else with one small read per distinct row, issued together so
   // that a network source has them in flight at once.
-  // The last rows read of each table are kept (RecentRows), so that a token
-  // seen again is not read again.
+  // The last per-layer rows read are kept (RecentRows), so that a token seen
+  // again is not read again.
   void embed(const int32_t* tokens, int n, float* out, RowTable table = RowTable::kTokens);
   // The memory the kept rows take at most, which the budget must allow.
   static uint64_t recent_rows_bytes(const ModelDescription& model);
@@ -187,7 +187,7 @@ class LayerLoader {
   int ring_buffers_ = 1;  // what the budget allows of the ring asked for
   bool embedding_resident_ = false;
   std::unique_ptr<Slot> embedding_;  // the whole token_embd when resident and untied
-  std::unique_ptr<RecentRows> recent_rows_[2];  // per RowTable, made on first use (compute thread only)
+  std::unique_ptr<RecentRows> recent_per_layer_rows_;  // made on first use (compute thread only)
 
   mutable std::mutex mutex_;
   // The compute thread waits on changed_ (for a unit, for room in the
