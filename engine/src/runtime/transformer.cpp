@@ -28,6 +28,11 @@ void l2_normalize(float* x, int n, float eps) {
   scale_in_place(x, n, 1.0f / std::max(std::sqrt(sum), eps));
 }
 
+// Row `row` of a buffer of rows `width` floats wide.
+float* at(std::vector<float>& v, int row, int width) {
+  return &v[static_cast<size_t>(row) * static_cast<size_t>(width)];
+}
+
 void silu_in_place(float* x, int n) {
   for (int i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
 }
@@ -294,9 +299,6 @@ void Transformer::run_block(int layer, const UnitWeights& w, int n, const std::v
   const ModelShape& s = shape_;
   const int dim = s.dim;
   const int hidden = model_.layers[static_cast<size_t>(layer)].hidden_dim;
-  const auto at = [](std::vector<float>& v, int row, int width) {
-    return &v[static_cast<size_t>(row) * static_cast<size_t>(width)];
-  };
   // A branch's output joins the residual stream, normalized first where the
   // family has a post-norm (Gemma).
   const auto add_branch = [&](const float* post_norm) {
@@ -354,9 +356,6 @@ void Transformer::attend(int layer, const UnitWeights& w, int n, const std::vect
   // attends over the keys and values its source layer cached.
   const bool own_kv = this_layer.kv_source == layer;
   const bool gated = model_.family->attention_output_gate;
-  const auto at = [](std::vector<float>& v, int row, int width) {
-    return &v[static_cast<size_t>(row) * static_cast<size_t>(width)];
-  };
   // Each head of `vec` normalized on its own (Qwen 3, Gemma 3's Q/K norms).
   const auto norm_heads = [&](float* vec, int n_heads, const float* weight) {
     for (int h = 0; h < n_heads; ++h) {
@@ -454,9 +453,6 @@ void Transformer::delta_net(int layer, const UnitWeights& w, int n, const std::v
   const int inner = s.ssm_inner;
   const int head_v = s.ssm_head_v();
   const int keys = s.ssm_key_heads * s.ssm_head_k;
-  const auto at = [](std::vector<float>& v, int row, int width) {
-    return &v[static_cast<size_t>(row) * static_cast<size_t>(width)];
-  };
   matmul_each({{&w.ssm_qkv, mix_in_.data()}, {&w.ssm_gate, ssm_z_.data()}, {&w.ssm_alpha, ssm_g_.data()},
                {&w.ssm_beta, ssm_beta_.data()}},
               activations_, pool_);
@@ -507,9 +503,6 @@ void Transformer::delta_net(int layer, const UnitWeights& w, int n, const std::v
 
 void Transformer::short_conv(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments) {
   const int dim = shape_.dim;
-  const auto at = [](std::vector<float>& v, int row, int width) {
-    return &v[static_cast<size_t>(row) * static_cast<size_t>(width)];
-  };
   // B, C and x; the convolution runs over B * x and its output is gated by C.
   matmul(w.conv_in, activations_, mix_in_.data(), pool_);
   for_each_position(n, dim, [&](int i) {
