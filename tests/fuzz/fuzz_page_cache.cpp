@@ -31,7 +31,8 @@ namespace {
 
 bool same(const CacheIndex& a, const CacheIndex& b) {
   return a.url == b.url && a.file.size == b.file.size && a.file.etag == b.file.etag &&
-         a.file.last_modified == b.file.last_modified && a.page_bytes == b.page_bytes && a.pages == b.pages;
+         a.file.last_modified == b.file.last_modified && a.page_bytes == b.page_bytes && a.pages == b.pages &&
+         a.ranges == b.ranges;
 }
 
 void check_index(const CacheIndex& index, const std::string& what) {

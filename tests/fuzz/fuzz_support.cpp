@@ -146,6 +146,19 @@ void check_reads(HttpSource& source, const std::vector<ReadRequest>& reads) {
     SIPLLM_FUZZ_CHECK(is_pattern(offset, buffer.data(), length),
                       "a read at " + std::to_string(offset) + " gave other bytes than the file's");
   }
+  // The same reads as rows of a table (read_many: stored as ranges, with a cache).
+  std::vector<std::vector<uint8_t>> rows;
+  std::vector<WeightSource::ReadRequest> many;
+  for (const ReadRequest& r : reads) {
+    const uint64_t offset = r.offset % file_size;
+    rows.emplace_back(static_cast<size_t>(std::min<uint64_t>(r.length, file_size - offset)));
+    many.push_back({offset, rows.back().data(), rows.back().size()});
+  }
+  if (!accepts([&] { source.read_many(many); })) return;
+  for (const WeightSource::ReadRequest& r : many) {
+    SIPLLM_FUZZ_CHECK(is_pattern(r.offset, static_cast<const uint8_t*>(r.dst), r.length),
+                      "a row read at " + std::to_string(r.offset) + " gave other bytes than the file's");
+  }
 }
 
 void MemoryStore::put(const std::string& name, std::string bytes) {

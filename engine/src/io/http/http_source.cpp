@@ -155,17 +155,32 @@ class HttpSourceImpl final : public HttpSource {
     }
   }
 
+  // Rows of a table read by the row: reads close together share a request.
+  // With a cache, rows it holds come from the store, and the rest are
+  // fetched exactly (never the page around them) and stored as ranges.
   void read_many(const std::vector<ReadRequest>& requests) override {
-    std::vector<ReadRequest> sorted = requests;
-    std::sort(sorted.begin(), sorted.end(),
+    for (const ReadRequest& r : requests) {
+      if (r.offset > file_.size || r.length > file_.size - r.offset) read(r.offset, r.dst, r.length);  // names it
+    }
+    std::vector<ReadRequest> missing;
+    const bool cached = cache_ != nullptr && !whole_ready_;
+    for (const ReadRequest& r : requests) {
+      if (r.length == 0) continue;
+      if (cached && cache_->holds(r.offset, r.length) && cache_->read(r.offset, r.dst, r.length)) {
+        report_progress(0, r.length);
+      } else {
+        missing.push_back(r);
+      }
+    }
+    std::sort(missing.begin(), missing.end(),
               [](const ReadRequest& a, const ReadRequest& b) { return a.offset < b.offset; });
-    // Runs of reads close together, as [first, last) indices into `sorted`.
+    // Runs of reads close together, as [first, last) indices into `missing`.
     std::vector<std::pair<size_t, size_t>> runs;
     uint64_t run_end = 0;
-    for (size_t i = 0; i < sorted.size(); ++i) {
-      const ReadRequest& r = sorted[i];
+    for (size_t i = 0; i < missing.size(); ++i) {
+      const ReadRequest& r = missing[i];
       if (!runs.empty() && r.offset <= run_end + kMergeGapBytes &&
-          std::max(run_end, r.offset + r.length) - sorted[runs.back().first].offset <= kMaxMergedBytes) {
+          std::max(run_end, r.offset + r.length) - missing[runs.back().first].offset <= kMaxMergedBytes) {
         runs.back().second = i + 1;
         run_end = std::max(run_end, r.offset + r.length);
       } else {
@@ -173,26 +188,29 @@ class HttpSourceImpl final : public HttpSource {
         run_end = r.offset + r.length;
       }
     }
+    std::vector<std::vector<uint8_t>> spans(runs.size());
     std::vector<std::function<void()>> tasks;
     tasks.reserve(runs.size());
-    for (const auto& [first, last] : runs) {
-      if (last - first == 1) {
-        const ReadRequest r = sorted[first];
-        tasks.emplace_back([this, r] { read(r.offset, r.dst, r.length); });
-        continue;
-      }
-      tasks.emplace_back([this, &sorted, first = first, last = last] {
-        const uint64_t start = sorted[first].offset;
+    for (size_t k = 0; k < runs.size(); ++k) {
+      tasks.emplace_back([this, &missing, &spans, k, first = runs[k].first, last = runs[k].second] {
+        const uint64_t start = missing[first].offset;
         uint64_t end = start;
-        for (size_t i = first; i < last; ++i) end = std::max(end, sorted[i].offset + sorted[i].length);
-        std::vector<uint8_t> span(static_cast<size_t>(end - start));
-        read(start, span.data(), span.size());
+        for (size_t i = first; i < last; ++i) end = std::max(end, missing[i].offset + missing[i].length);
+        std::vector<uint8_t>& span = spans[k];
+        span.resize(static_cast<size_t>(end - start));
+        read_rows(start, span.data(), span.size());
         for (size_t i = first; i < last; ++i) {
-          std::memcpy(sorted[i].dst, span.data() + (sorted[i].offset - start), sorted[i].length);
+          std::memcpy(missing[i].dst, span.data() + (missing[i].offset - start), missing[i].length);
         }
       });
     }
     run(tasks);
+    if (cache_ == nullptr || whole_ready_) return;
+    std::vector<PageCache::Range> fetched;
+    for (size_t k = 0; k < runs.size(); ++k) {
+      fetched.push_back({missing[runs[k].first].offset, spans[k].data(), spans[k].size()});
+    }
+    cache_->store_ranges(fetched);
   }
 
   void header_done() override {
@@ -419,6 +437,24 @@ class HttpSourceImpl final : public HttpSource {
       });
     }
     run(tasks);
+  }
+
+  // One span of rows: with a cache, exactly its bytes from the network (the
+  // caller stores them as a range); without, as any read.
+  void read_rows(uint64_t offset, uint8_t* dst, size_t length) {
+    if (cache_ == nullptr || whole_ready_) {
+      read(offset, dst, length);
+      return;
+    }
+    try {
+      if (read_head(offset, dst, length)) return;
+      fetch_checked(offset, length, dst);
+      report_progress(length, 0);
+    } catch (const RangeError& e) {
+      if (e.verdict() != RangeVerdict::kRangeIgnored) throw;
+      load_whole_file(e);
+      std::memcpy(dst, whole_.data() + offset, length);
+    }
   }
 
   // Reads through the cache: stored pages from the store, missing ones from

@@ -357,6 +357,57 @@ TEST_F(HttpTest, HttpScatteredSmallReadsCloseTogetherShareARequest) {
   }
 }
 
+TEST_F(HttpTest, HttpRowsAreCachedByTheRowNotByThePage) {
+  // Rows of a table read by the row, with a cache of 1 MiB pages: the first
+  // load fetches the rows' bytes alone (a page around each would be 1 MiB a
+  // row), the cache keeps exactly those, and a second load reads them from
+  // it without a request; a row not seen yet is fetched alone again.
+  HttpSourceOptions options = fast_options();
+  options.cache = cache();
+  const std::string url = server_->url("/multi.gguf");
+  const uint64_t row = 5040;
+  const std::vector<uint64_t> offsets = {(3u << 20) + 17, (6u << 20) + 333, (6u << 20) + 333 + row,
+                                         (9u << 20) + 4096};
+  auto file = open_file_source(*root_ + "/multi.gguf");
+  auto read_rows = [&](WeightSource& source, const std::vector<uint64_t>& at) {
+    std::vector<std::vector<uint8_t>> got(at.size(), std::vector<uint8_t>(row));
+    std::vector<WeightSource::ReadRequest> reads;
+    for (size_t i = 0; i < at.size(); ++i) reads.push_back({at[i], got[i].data(), got[i].size()});
+    source.read_many(reads);
+    for (size_t i = 0; i < at.size(); ++i) {
+      std::vector<uint8_t> want(row);
+      file->read(at[i], want.data(), want.size());
+      EXPECT_EQ(got[i], want) << "row at " << at[i];
+    }
+  };
+  {
+    auto source = open_http_source(url, make_curl_transport(), options);
+    server_->reset();
+    read_rows(*source, offsets);
+    EXPECT_EQ(server_->stats().bytes, 4 * row) << "the rows' bytes, no more";
+    EXPECT_EQ(server_->stats().requests, 3u) << "two rows side by side share one";
+  }
+  std::vector<CachedModel> cached = list_cached_models(*options.cache);
+  ASSERT_EQ(cached.size(), 1u);
+  EXPECT_EQ(cached[0].cached_bytes, (1u << 20) + 4 * row) << "the head's page and the rows";
+
+  server_->reset();
+  auto again = open_http_source(url, make_curl_transport(), options);
+  read_rows(*again, offsets);
+  EXPECT_EQ(server_->stats().requests, 0u);
+  EXPECT_EQ(again->stats().bytes_from_cache, 4 * row);
+  // A row half stored (its first bytes are the last row's end) and a new one.
+  read_rows(*again, {(6u << 20) + 333 + row + row / 2, (12u << 20) + 1});
+  EXPECT_EQ(server_->stats().requests, 2u);
+  EXPECT_EQ(server_->stats().bytes, 2 * row);
+  // Pages stored later over the rows: reads still give the file's bytes.
+  std::vector<uint8_t> page(1u << 20), want(1u << 20);
+  again->read(6u << 20, page.data(), page.size());
+  file->read(6u << 20, want.data(), want.size());
+  EXPECT_EQ(page, want);
+  read_rows(*again, offsets);
+}
+
 TEST_F(HttpTest, HttpProgressIsMonotonicAndCountsCacheReads) {
   for (bool second : {false, true}) {
     std::vector<std::array<uint64_t, 3>> events;

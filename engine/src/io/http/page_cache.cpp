@@ -18,6 +18,11 @@ constexpr uint64_t kMaxIndexPageBytes = 1u << 30;
 // An index's bytes besides its URL, validators and page list: field names,
 // numbers, the header.
 constexpr uint64_t kIndexOverheadBytes = 256;
+// Ranges an index lists at most (one per row of the largest vocabularies); a
+// range read past that is served but not stored. Their text, up to
+// kMaxRangeText bytes each, is reserved in every index's size limit.
+constexpr size_t kMaxRanges = size_t{1} << 18;
+constexpr uint64_t kMaxRangeText = 2 * 20 + 2;
 
 // FNV-1a, 64 bits: a stable file name for a URL (the index holds the URL
 // itself, so a collision only costs a cache miss).
@@ -53,7 +58,8 @@ uint64_t cache_page_count(uint64_t file_size, uint64_t page_bytes) {
 
 std::string cache_entry_refusal(const std::string& url, const RemoteFile& file, uint64_t page_bytes) {
   const uint64_t pages = cache_page_count(file.size, page_bytes);
-  const uint64_t text = url.size() + file.etag.size() + file.last_modified.size() + kIndexOverheadBytes;
+  const uint64_t text = url.size() + file.etag.size() + file.last_modified.size() + kIndexOverheadBytes +
+                        kMaxRanges * kMaxRangeText;
   if (text >= kMaxIndexBytes || pages > kMaxIndexBytes - text) {
     return "a file of " + std::to_string(file.size) + " bytes has " + std::to_string(pages) + " pages of " +
            std::to_string(page_bytes) + " bytes, more than a cache index can list";
@@ -71,7 +77,52 @@ uint64_t CacheIndex::cached_bytes() const {
   for (uint64_t p = 0; p < page_count(); ++p) {
     if (pages[p]) total += page_length(p);
   }
+  // A range's bytes outside stored pages.
+  for (const auto& [start, end] : ranges) {
+    for (uint64_t at = start; at < end;) {
+      const uint64_t p = at / page_bytes;
+      const uint64_t next = std::min(end, (p + 1) * page_bytes);
+      if (!pages[p]) total += next - at;
+      at = next;
+    }
+  }
   return total;
+}
+
+bool CacheIndex::holds(uint64_t offset, uint64_t length) const {
+  const uint64_t end = offset + length;
+  for (uint64_t at = offset; at < end;) {
+    const uint64_t p = at / page_bytes;
+    if (pages[p]) {
+      at = (p + 1) * page_bytes;
+      continue;
+    }
+    auto range = ranges.upper_bound(at);  // the first range starting past `at`
+    if (range == ranges.begin()) return false;
+    --range;
+    if (range->second <= at) return false;
+    at = range->second;
+  }
+  return true;
+}
+
+void CacheIndex::add_range(uint64_t start, uint64_t end) {
+  if (start >= end) return;
+  // Ranges that meet or touch [start, end) are merged into it.
+  auto it = ranges.upper_bound(start);
+  if (it != ranges.begin() && std::prev(it)->second >= start) --it;
+  while (it != ranges.end() && it->first <= end) {
+    start = std::min(start, it->first);
+    end = std::max(end, it->second);
+    it = ranges.erase(it);
+  }
+  ranges.emplace(start, end);
+}
+
+void CacheIndex::drop_ranges(uint64_t start, uint64_t end) {
+  auto it = ranges.upper_bound(start);
+  if (it != ranges.begin() && std::prev(it)->second > start) --it;
+  while (it != ranges.end() && it->first < end) it = ranges.erase(it);
 }
 
 std::string CacheIndex::serialize() const {
@@ -83,7 +134,18 @@ std::string CacheIndex::serialize() const {
   body += "page-bytes " + std::to_string(page_bytes) + "\n";
   body += "pages ";
   for (bool stored : pages) body += stored ? '1' : '0';
-  body += "\nend\n";
+  body += "\n";
+  if (!ranges.empty()) {
+    body += "ranges";
+    for (const auto& [start, end] : ranges) {
+      body += ' ';
+      body += std::to_string(start);
+      body += '-';
+      body += std::to_string(end);
+    }
+    body += "\n";
+  }
+  body += "end\n";
   char header[kIndexHeaderBytes + 1];
   std::snprintf(header, sizeof header, "sipllm-cache 1 %016" PRIu64 "\n",
                 static_cast<uint64_t>(kIndexHeaderBytes + body.size()));
@@ -114,9 +176,15 @@ std::optional<CacheIndex> CacheIndex::parse(const std::string& text) {
   std::string size, page_bytes, pages, end;
   if (!field("url", &index.url) || !field("size", &size) || !field("etag", &index.file.etag) ||
       !field("last-modified", &index.file.last_modified) || !field("page-bytes", &page_bytes) ||
-      !field("pages", &pages) || !std::getline(lines, end) || end != "end") {
+      !field("pages", &pages) || !std::getline(lines, end)) {
     return std::nullopt;
   }
+  std::string ranges;
+  if (end.compare(0, 7, "ranges ") == 0) {
+    ranges = end.substr(7);
+    if (ranges.empty() || !std::getline(lines, end)) return std::nullopt;
+  }
+  if (end != "end") return std::nullopt;
   if (index.url.empty() || !parse_u64(size, &index.file.size) || index.file.size == 0 ||
       !parse_u64(page_bytes, &index.page_bytes) || index.page_bytes == 0 ||
       index.page_bytes > kMaxIndexPageBytes) {
@@ -128,6 +196,21 @@ std::optional<CacheIndex> CacheIndex::parse(const std::string& text) {
   for (uint64_t p = 0; p < count; ++p) {
     if (pages[p] != '0' && pages[p] != '1') return std::nullopt;
     index.pages[p] = pages[p] == '1';
+  }
+  // Ranges as written: ascending, disjoint, not touching, within the file.
+  std::istringstream items(ranges);
+  std::string item;
+  uint64_t previous_end = 0;
+  while (std::getline(items, item, ' ')) {
+    const size_t dash = item.find('-');
+    uint64_t start = 0, stop = 0;
+    if (dash == std::string::npos || !parse_u64(item.substr(0, dash), &start) ||
+        !parse_u64(item.substr(dash + 1), &stop) || start >= stop || stop > index.file.size ||
+        (!index.ranges.empty() && start <= previous_end) || index.ranges.size() == kMaxRanges) {
+      return std::nullopt;
+    }
+    index.ranges.emplace(start, stop);
+    previous_end = stop;
   }
   return index;
 }
@@ -178,31 +261,39 @@ bool PageCache::stored_through(uint64_t end) {
 // The pages file may have lost its tail while the index survived: a crash
 // after the index was written but before the pages' bytes reached the disk (a
 // file system may keep either without the other), or a pages file truncated
-// or deleted by hand. A page past its end would be refetched when read, but
-// the first page written after it would leave a hole in its place, and a
-// hole reads as zeros: the cache would serve zeros as the model's bytes. So
-// the stored pages past the pages file's end are forgotten now, before any
-// write. One read of a byte when the file is whole; a binary search over the
-// stored pages when it is not.
+// or deleted by hand. A page or range past its end would be refetched when
+// read, but the first one written after it would leave a hole in its place,
+// and a hole reads as zeros: the cache would serve zeros as the model's
+// bytes. So what the index lists past the pages file's end is forgotten now,
+// before any write. One read of a byte when the file is whole; a binary
+// search over the stored ends when it is not.
 void PageCache::forget_pages_past_the_end() {
-  std::vector<uint64_t> stored;
+  std::vector<uint64_t> ends;
   for (uint64_t p = 0; p < index_.page_count(); ++p) {
-    if (index_.pages[p]) stored.push_back(p);
+    if (index_.pages[p]) ends.push_back(p * index_.page_bytes + index_.page_length(p));
   }
-  auto page_end = [&](uint64_t p) { return p * index_.page_bytes + index_.page_length(p); };
-  if (stored.empty() || stored_through(page_end(stored.back()))) return;
-  // stored[0, kept) lie within the file; whether a page does is monotonic in
-  // its end, as the file's length is one threshold.
-  size_t kept = 0, beyond = stored.size() - 1;
+  for (const auto& range : index_.ranges) ends.push_back(range.second);
+  if (ends.empty()) return;
+  std::sort(ends.begin(), ends.end());
+  if (stored_through(ends.back())) return;
+  // ends[0, kept) lie within the file; whether an end does is monotonic, as
+  // the file's length is one threshold.
+  size_t kept = 0, beyond = ends.size() - 1;
   while (kept < beyond) {
     const size_t middle = kept + (beyond - kept) / 2;
-    if (stored_through(page_end(stored[middle]))) {
+    if (stored_through(ends[middle])) {
       kept = middle + 1;
     } else {
       beyond = middle;
     }
   }
-  for (size_t i = kept; i < stored.size(); ++i) index_.pages[stored[i]] = false;
+  const uint64_t length = kept == 0 ? 0 : ends[kept - 1];  // the pages file holds at least this much
+  for (uint64_t p = 0; p < index_.page_count(); ++p) {
+    if (index_.pages[p] && p * index_.page_bytes + index_.page_length(p) > length) index_.pages[p] = false;
+  }
+  for (auto it = index_.ranges.begin(); it != index_.ranges.end();) {
+    it = it->second > length ? index_.ranges.erase(it) : std::next(it);
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   save_index_locked();
 }
@@ -303,8 +394,47 @@ void PageCache::finish(uint64_t first, uint64_t count, const uint8_t* bytes) {
     in_flight_[p] = false;
     if (stored && writing_) index_.pages[p] = true;
   }
+  if (stored && writing_) {
+    // Ranges wholly inside the pages now stored say nothing more.
+    const uint64_t begin = first * index_.page_bytes;
+    const uint64_t end = (first + count - 1) * index_.page_bytes + index_.page_length(first + count - 1);
+    for (auto it = index_.ranges.lower_bound(begin); it != index_.ranges.end() && it->second <= end;) {
+      it = index_.ranges.erase(it);
+    }
+  }
   if (stored) save_index_locked();
   fetched_.notify_all();
+}
+
+bool PageCache::holds(uint64_t offset, uint64_t length) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return index_.holds(offset, length);
+}
+
+void PageCache::store_ranges(const std::vector<Range>& ranges) {
+  std::shared_lock<std::shared_mutex> files(files_mutex_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!writing_) return;
+  }
+  std::vector<const Range*> stored;
+  std::string error;
+  for (const Range& range : ranges) {
+    try {
+      store_->write(pages_name_, range.offset, range.bytes, static_cast<size_t>(range.length));
+      stored.push_back(&range);
+    } catch (const std::exception& e) {
+      error = e.what();
+      break;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!error.empty()) stop_writing_locked(error);
+  if (!writing_) return;
+  for (const Range* range : stored) {
+    if (index_.ranges.size() < kMaxRanges) index_.add_range(range->offset, range->offset + range->length);
+  }
+  save_index_locked();
 }
 
 bool PageCache::read(uint64_t offset, void* dst, size_t length) {
@@ -319,6 +449,7 @@ bool PageCache::read(uint64_t offset, void* dst, size_t length) {
   const uint64_t first = offset / index_.page_bytes;
   const uint64_t last = (offset + length - 1) / index_.page_bytes;
   for (uint64_t p = first; p <= last; ++p) index_.pages[p] = false;
+  index_.drop_ranges(offset, offset + length);
   save_index_locked();
   return false;
 }
@@ -328,6 +459,7 @@ void PageCache::invalidate() {
   std::lock_guard<std::mutex> lock(mutex_);
   stop_writing_locked("the file changed on the server");
   std::fill(index_.pages.begin(), index_.pages.end(), false);
+  index_.ranges.clear();
   try {
     store_->remove(index_name_);
     store_->remove(pages_name_);

@@ -12,7 +12,13 @@
 //     last-modified DATE             (may be empty)
 //     page-bytes BYTES
 //     pages 0110...                  (one character per page: 1 stored, 0 not)
+//     ranges 5000-9952 81920-86872   (optional: byte ranges [start, end) stored
+//                                     outside whole pages, see below)
 //     end
+// Ranges are the rows of tables read by the row (a token's embedding row,
+// Gemma 4's per-layer row): a prompt needs a few hundred rows of a table of
+// a gigabyte, scattered, and storing the page around each one would fetch
+// and keep a megabyte per row of a few kilobytes. A range is stored exactly.
 // Pages are written before the index that lists them, so an index never
 // claims a page that is not stored. An entry is one version of one URL: its
 // size, ETag and Last-Modified; a response that contradicts them means the
@@ -21,6 +27,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -38,10 +45,19 @@ struct CacheIndex {
   RemoteFile file;
   uint64_t page_bytes = 0;
   std::vector<bool> pages;  // ceil(file.size / page_bytes) entries
+  // Stored byte ranges besides the pages, start -> end: disjoint, none
+  // touching another, none past the file's end.
+  std::map<uint64_t, uint64_t> ranges;
 
   uint64_t page_count() const { return pages.size(); }
   uint64_t page_length(uint64_t page) const;  // the last page may be short
   uint64_t cached_bytes() const;
+  // Whether every byte of [offset, offset + length) is stored, in pages or ranges.
+  bool holds(uint64_t offset, uint64_t length) const;
+  // Records [start, end) as stored, merged with the ranges it meets.
+  void add_range(uint64_t start, uint64_t end);
+  // Forgets every range that meets [start, end).
+  void drop_ranges(uint64_t start, uint64_t end);
   std::string serialize() const;
   // Nullopt when `text` is not a well-formed, self-consistent index.
   static std::optional<CacheIndex> parse(const std::string& text);
@@ -99,8 +115,21 @@ class PageCache {
   // store took them; nullptr releases the claim after a failed fetch.
   void finish(uint64_t first, uint64_t count, const uint8_t* bytes);
 
-  // Copies stored bytes; false (and the pages are forgotten) when the store
-  // no longer has them.
+  // Whether [offset, offset + length) can be read from the store.
+  bool holds(uint64_t offset, uint64_t length) const;
+  // Stores ranges read by the row (each one's bytes, at its file offset) and
+  // records them in the index, which is written once for all of them. A
+  // range's bytes may overlap pages or ranges stored already: they are the
+  // file's same bytes.
+  struct Range {
+    uint64_t offset;
+    const uint8_t* bytes;
+    uint64_t length;
+  };
+  void store_ranges(const std::vector<Range>& ranges);
+
+  // Copies stored bytes; false (and the pages and ranges are forgotten) when
+  // the store no longer has them.
   bool read(uint64_t offset, void* dst, size_t length);
 
   // The file changed on the server: deletes the entry and stops caching.

@@ -115,6 +115,68 @@ TEST(HttpCacheIndex, RefusesPageCountsThatOverflowAndPagesNoWriterUses) {
   EXPECT_TRUE(CacheIndex::parse(index_text(3 * kPage + 1, kPage, "1011")));
 }
 
+TEST(HttpCacheIndex, RangesRoundTripMergeAndAreCheckedWhenRead) {
+  CacheIndex index;
+  index.url = "http://host/m.gguf";
+  index.file = {10 * kPage, "\"v1\"", ""};
+  index.page_bytes = kPage;
+  index.pages.assign(10, false);
+  index.pages[2] = true;
+  index.add_range(100, 200);
+  index.add_range(300, 400);
+  index.add_range(200, 300);  // touches both: one range 100-400
+  index.add_range(5 * kPage + 10, 5 * kPage + 20);
+  index.add_range(5 * kPage + 15, 6 * kPage + 1);  // overlaps: merged
+  EXPECT_EQ(index.ranges, (std::map<uint64_t, uint64_t>{{100, 400}, {5 * kPage + 10, 6 * kPage + 1}}));
+  EXPECT_TRUE(index.holds(100, 300));
+  EXPECT_FALSE(index.holds(99, 2));
+  EXPECT_FALSE(index.holds(399, 2));
+  EXPECT_TRUE(index.holds(2 * kPage + 5, kPage - 5));
+  EXPECT_FALSE(index.holds(2 * kPage + 5, kPage)) << "runs into page 3";
+  EXPECT_EQ(index.cached_bytes(), kPage + 300 + (kPage - 10 + 1));
+
+  const std::string text = index.serialize();
+  EXPECT_NE(text.find("\nranges 100-400 20490-24577\nend\n"), std::string::npos) << text;
+  const std::optional<CacheIndex> back = CacheIndex::parse(text);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->ranges, index.ranges);
+  EXPECT_EQ(back->cached_bytes(), index.cached_bytes());
+
+  index.drop_ranges(399, 400);
+  EXPECT_EQ(index.ranges.size(), 1u);
+
+  const std::string pages(10, '0');
+  EXPECT_TRUE(CacheIndex::parse(index_text(10 * kPage, kPage, pages + "\nranges 0-1 2-40960")));
+  for (const char* bad : {"5-5", "6-5", "0-40961", "10-20 20-30", "10-20 15-30", "20-30 10-15", "1-2  3-4",
+                          "1-", "-2", "a-b", ""}) {
+    EXPECT_FALSE(CacheIndex::parse(index_text(10 * kPage, kPage, pages + "\nranges " + bad))) << bad;
+  }
+}
+
+TEST(HttpCache, RangesPastTheEndOfATruncatedPagesFileAreForgotten) {
+  const uint64_t size = 8 * kPage;
+  const std::string url = "http://host/m.gguf";
+  auto store = std::make_shared<MemoryStore>();
+  store->files[cache_index_name(url)] =
+      index_text(size, kPage, "10000000\nranges 5000-6000 20000-21000 30000-31000");
+  store->files[cache_pages_name(url)] = file_bytes(0, 25000);
+  auto server = std::make_shared<FakeServer>(size, size);
+  HttpSourceOptions options;
+  options.cache = store;
+  options.parallel_requests = 1;
+  auto source = open_http_source(url, server, options);
+  const std::optional<CacheIndex> index = load_cache_index(*store, url);
+  ASSERT_TRUE(index);
+  EXPECT_EQ(index->ranges, (std::map<uint64_t, uint64_t>{{5000, 6000}, {20000, 21000}}));
+  // The forgotten range is fetched again; the kept ones come from the store.
+  std::vector<std::string> rows(3, std::string(1000, '\0'));
+  std::vector<WeightSource::ReadRequest> reads;
+  for (uint64_t i = 0; i < 3; ++i) reads.push_back({i == 0 ? 5000u : i == 1 ? 20000u : 30000u, rows[i].data(), 1000});
+  source->read_many(reads);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(rows[i], file_bytes(reads[i].offset, 1000)) << i;
+  EXPECT_EQ(server->requests, 1);
+}
+
 TEST(HttpCache, StoredPagesPastTheEndOfATruncatedPagesFileAreFetchedAgain) {
   // An entry of five pages, all stored, whose pages file kept only the first
   // page and a half (a crash before its bytes reached the disk). Reading the
