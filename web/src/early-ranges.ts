@@ -88,11 +88,13 @@ const FAILED = 2;
 // kFirstRangeBytes); the header grows by doubling past it, as there.
 const FIRST_RANGE_BYTES = 1 << 20;
 const MAX_HEADER_BYTES = 64 << 20;
-// 4 MiB a request keeps the browser's cost per request small (see
-// kMinPieceBytes). Three in flight, the first ones shorter (a third, two
-// thirds), so that they end one at a time: when one ends, the others still
-// have 4 MiB to send while the next request goes out.
-const PIECE_BYTES = 4 << 20;
+// 8 MiB a request keeps the browser's cost per request small (see
+// kMinPieceBytes): Chromium on 2 cores downloaded a 512 MB file from
+// localhost, three ranges at a time, in 8.9-9.4 s in ranges of 2 MiB, 6.0 s
+// of 4 MiB, 4.8-6.0 s of 8 MiB, 4.7 s of 32 MiB. Three in flight, the first
+// ones shorter (a third, two thirds), so that they end one at a time: when
+// one ends, the others still have bytes to send while the next request goes out.
+const PIECE_BYTES = 8 << 20;
 const IN_FLIGHT = 3;
 const PIECE_ALIGN = 64 << 10;
 // Fetched and not yet taken by the engine: at most this much (the engine
@@ -108,7 +110,48 @@ const CACHE_POLL_MS = 10;
 export const DEFAULT_READ_TIMEOUT_MS = 30_000;
 
 const CONTENT_RANGE = /^bytes (\d+)-(\d+)\/(\d+)$/;
+// A body is read into a buffer of this size where its stream allows it (a
+// byte stream, "bring your own buffer"): Chromium then hands over up to this
+// much at a time instead of a chunk of 64 KiB or less per read, and one
+// request's bytes cost a few reads. Measured on a 2-core machine, 8 MiB
+// ranges three at a time from localhost: 114-124 MB/s against 83-100 with
+// the default reader; a cold load of the qwen3.5-0.8b shape (512 MB), five
+// runs each: first token after 9.9-10.8 s instead of 10.4-13.0.
+const BODY_READ_BYTES = 1 << 20;
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+// Hands `take` the body's bytes in order, as they arrive; an exception from
+// `take` ends the reading and is rethrown.
+export async function readBody(body: ReadableStream<Uint8Array>, take: (chunk: Uint8Array) => void): Promise<void> {
+  let byob: ReadableStreamBYOBReader | null = null;
+  try {
+    byob = body.getReader({ mode: 'byob' });
+  } catch {
+    // Not a byte stream: read as it comes.
+  }
+  if (byob === null) {
+    const reader = body.getReader();
+    try {
+      for (let step = await reader.read(); !step.done; step = await reader.read()) take(step.value);
+    } catch (error) {
+      await reader.cancel().catch(() => {});
+      throw error;
+    }
+    return;
+  }
+  let buffer = new ArrayBuffer(BODY_READ_BYTES);
+  try {
+    for (;;) {
+      const step = await byob.read(new Uint8Array(buffer));
+      if (step.done || step.value === undefined) break;
+      take(step.value);
+      buffer = step.value.buffer as ArrayBuffer;  // the same memory, handed back
+    }
+  } catch (error) {
+    await byob.cancel().catch(() => {});
+    throw error;
+  }
+}
 
 // ---- Fetching (the caller's thread) -------------------------------------------------
 
@@ -305,19 +348,16 @@ export class EarlyFetch {
       if (piece.offset === 0 && !this.offer({ type: 'early-piece', offset: 0, length: piece.length, bytes, state, header: true })) {
         throw new Error('the engine leads');
       }
-      const reader = response.body.getReader();
       let arrived = 0;
-      for (;;) {
-        const step = await reader.read();
-        if (step.done) break;
+      await readBody(response.body, (chunk) => {
         arm();
         // Given up by the worker (stalled, or nothing wanted any more).
         if (!this.arriving(piece) || Atomics.load(this.control, DISPOSED) === 1) throw new Error('given up');
-        const n = Math.min(step.value.length, piece.length - arrived);
-        piece.bytes.set(step.value.subarray(0, n), arrived);
+        const n = Math.min(chunk.length, piece.length - arrived);
+        piece.bytes.set(chunk.subarray(0, n), arrived);
         arrived += n;
         Atomics.store(piece.state, ARRIVED, arrived);
-      }
+      });
       if (arrived !== piece.length) throw new Error('the body ended early');
       Atomics.compareExchange(piece.state, STATUS, ARRIVING, DONE);
       return Atomics.load(piece.state, STATUS) === DONE;
