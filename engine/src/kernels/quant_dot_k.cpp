@@ -396,6 +396,59 @@ void dot_a_bytes(const uint8_t (*q)[kQK_K], const Scales s[4], const QuantizedAc
   for (int j = 0; j < kPositions; ++j) a[j] = simd::transpose_sum_i32(rows[j][0], rows[j][1], rows[j][2], rows[j][3]);
 }
 
+#if defined(SIPLLM_WIDE_GROUPS)
+// dot_a_bytes for four positions in 512-bit registers (natively, with 512-bit
+// VNNI): each 128-bit quarter holds one position's 16 activations and a row's
+// 16 weights broadcast to all four, so a row's group of 32 takes two
+// vpdpbusd where the 128-bit form takes eight, and a group's activations,
+// gathered once, serve the four rows. Its integer sums are exact, so equal
+// to dot_a_bytes' bit for bit.
+template <class F>
+void dot_a_bytes_wide(const uint8_t (*q)[kQK_K], const Scales s[4], const QuantizedActivations& x, int p0, int b,
+                      v128_t a[4]) {
+  const size_t e0 = static_cast<size_t>(b) * kQK_K;
+  const int8_t* xr[4];
+  for (int j = 0; j < 4; ++j) xr[j] = x.q8_row(p0 + j) + e0;
+  const auto load = [](const void* at) { return _mm_loadu_si128(static_cast<const __m128i*>(at)); };
+  __m512i row_a[4];
+  for (int i = 0; i < 4; ++i) row_a[i] = _mm512_setzero_si512();
+  for (int g = 0; g < kQK_K; g += F::kGroup) {
+    __m512i sum[4];
+    for (int i = 0; i < 4; ++i) sum[i] = _mm512_setzero_si512();
+    for (int c = g; c < g + F::kGroup; c += 16) {
+      __m512i xs = _mm512_zextsi128_si512(load(xr[0] + c));
+      xs = _mm512_maskz_inserti32x4(0xffff, xs, load(xr[1] + c), 1);
+      xs = _mm512_maskz_inserti32x4(0xffff, xs, load(xr[2] + c), 2);
+      xs = _mm512_maskz_inserti32x4(0xffff, xs, load(xr[3] + c), 3);
+      for (int i = 0; i < 4; ++i) {
+        sum[i] = _mm512_dpbusd_epi32(sum[i], _mm512_maskz_broadcast_i32x4(0xffff, load(q[i] + c)), xs);
+      }
+    }
+    for (int i = 0; i < 4; ++i) {
+      row_a[i] = _mm512_add_epi32(row_a[i], _mm512_mullo_epi32(sum[i], _mm512_set1_epi32(s[i].scale[g / F::kGroup])));
+    }
+  }
+  v128_t rows[4][4];
+  for (int i = 0; i < 4; ++i) {
+    rows[0][i] = simde_v128_from_m128i(_mm512_maskz_extracti32x4_epi32(0xf, row_a[i], 0));
+    rows[1][i] = simde_v128_from_m128i(_mm512_maskz_extracti32x4_epi32(0xf, row_a[i], 1));
+    rows[2][i] = simde_v128_from_m128i(_mm512_maskz_extracti32x4_epi32(0xf, row_a[i], 2));
+    rows[3][i] = simde_v128_from_m128i(_mm512_maskz_extracti32x4_epi32(0xf, row_a[i], 3));
+    if (!F::kHasMin) {  // Q6_K: the values were q, not q - 32
+      for (int j = 0; j < 4; ++j) {
+        const int32_t* xs16 = x.sums16_row(p0 + j) + b * (kQK_K / 16);
+        v128_t offset = wasm_i32x4_splat(0);
+        for (int g = 0; g < 16; g += 4) {
+          offset = wasm_i32x4_add(offset, wasm_i32x4_mul(simd::load(s[i].scale + g), simd::load(xs16 + g)));
+        }
+        rows[j][i] = wasm_i32x4_sub(rows[j][i], wasm_i32x4_shl(offset, 5));
+      }
+    }
+  }
+  for (int j = 0; j < 4; ++j) a[j] = simd::transpose_sum_i32(rows[j][0], rows[j][1], rows[j][2], rows[j][3]);
+}
+#endif
+
 // Several positions (prefill), an even number. With an 8-bit dot product
 // (simd::kByteDot) the values stay unsigned bytes, for dot_a_bytes: fewer
 // operations. Without one they are widened to int16 already multiplied by
@@ -419,7 +472,15 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
       for (int i = 0; i < 4; ++i) {
         F::template for_each_chunk<true>(block[i], [&](int e, v128_t v, int) { simd::store(q[i] + e, v); });
       }
+#if defined(SIPLLM_WIDE_GROUPS)
+      if constexpr (kPositions == 4) {
+        dot_a_bytes_wide<F>(q, s, x, p0, b, a4);
+      } else {
+        dot_a_bytes<F, kPositions>(q, s, x, p0, b, a4);
+      }
+#else
       dot_a_bytes<F, kPositions>(q, s, x, p0, b, a4);
+#endif
     } else {
       alignas(16) int16_t scaled[4][kQK_K];
       for (int i = 0; i < 4; ++i) unpack_scaled<F>(block[i], s[i], scaled[i]);
