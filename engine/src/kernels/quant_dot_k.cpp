@@ -472,15 +472,15 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
       for (int i = 0; i < 4; ++i) {
         F::template for_each_chunk<true>(block[i], [&](int e, v128_t v, int) { simd::store(q[i] + e, v); });
       }
+      // The unpacked block serves the positions four at a time.
+      static_assert(kPositions % 4 == 0, "positions go in fours");
+      for (int j = 0; j < kPositions; j += 4) {
 #if defined(SIPLLM_WIDE_GROUPS)
-      if constexpr (kPositions % 4 == 0) {
-        for (int j = 0; j < kPositions; j += 4) dot_a_bytes_wide<F>(q, s, x, p0 + j, b, a4 + j);
-      } else {
-        dot_a_bytes<F, kPositions>(q, s, x, p0, b, a4);
-      }
+        dot_a_bytes_wide<F>(q, s, x, p0 + j, b, a4 + j);
 #else
-      dot_a_bytes<F, kPositions>(q, s, x, p0, b, a4);
+        dot_a_bytes<F, 4>(q, s, x, p0 + j, b, a4 + j);
 #endif
+      }
     } else {
       alignas(16) int16_t scaled[4][kQK_K];
       for (int i = 0; i < 4; ++i) unpack_scaled<F>(block[i], s[i], scaled[i]);
@@ -548,18 +548,14 @@ void dot_rows4_one(const RowTile& tile, int n_blocks, const QuantizedActivations
   }
 }
 
-// Positions per unpacking of a tile's blocks where the 512-bit form takes
-// them: each block's weights are unpacked to bytes and its scales decoded
-// once for all of them, then the positions go through dot_a_bytes_wide four
-// at a time. Prefill of the qwen3.5-0.8b (qwen3-0.6b) shape, Q4_K_M, 2
-// threads: 145-165 (223) tok/s with 4, 184-187 (254-257) with 8, 195-197
-// (276-277) with 16, 204-207 (284) with 32, which leaves up to 31 positions
-// of a prompt to the tile of 4.
-#if defined(SIPLLM_WIDE_GROUPS)
+// Positions per unpacking of a tile's blocks: each block's weights are
+// unpacked and its scales decoded once for all of them, then the positions
+// go through the dot products four at a time. Native prefill of the
+// qwen3.5-0.8b (qwen3-0.6b) shape, Q4_K_M, 2 threads, 512-bit form: 145-165
+// (223) tok/s with 4, 184-187 (254-257) with 8, 195-197 (276-277) with 16,
+// 204-207 (284) with 32, which leaves up to 31 positions of a prompt to the
+// tile of 4.
 constexpr int kWidePositions = 16;
-#else
-constexpr int kWidePositions = 4;
-#endif
 
 template <class F>
 void rows_simd(const WeightMatrix& w, int row_begin, int row_end, const ActivationView& x, float* y,
