@@ -122,7 +122,7 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
 
 // Hands `take` the body's bytes in order, as they arrive; an exception from
 // `take` ends the reading and is rethrown.
-export async function readBody(body: ReadableStream<Uint8Array>, take: (chunk: Uint8Array) => void): Promise<void> {
+async function readBody(body: ReadableStream<Uint8Array>, take: (chunk: Uint8Array) => void): Promise<void> {
   let byob: ReadableStreamBYOBReader | null = null;
   try {
     byob = body.getReader({ mode: 'byob' });
