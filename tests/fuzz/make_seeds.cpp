@@ -325,7 +325,8 @@ void range_seeds() {
 // `size` bytes, with `page_bytes` pages.
 void cache_seed(const std::string& name, uint64_t size, uint64_t page_bytes,
                 const std::vector<std::pair<uint64_t, size_t>>& reads, uint8_t flags,
-                const std::vector<std::pair<uint32_t, uint32_t>>& later_reads, int64_t pages_length = -1) {
+                const std::vector<std::pair<uint32_t, uint32_t>>& later_reads, int64_t pages_length = -1,
+                const std::vector<std::pair<uint64_t, size_t>>& row_reads = {}) {
   const std::string url = "http://127.0.0.1:8080/models/" + name + ".gguf";
   auto store = std::make_shared<fuzz::MemoryStore>();
   HttpSourceOptions options;
@@ -340,6 +341,14 @@ void cache_seed(const std::string& name, uint64_t size, uint64_t page_bytes,
       buffer.resize(length);
       source->read(offset, buffer.data(), length);
     }
+    // Rows (read_many): stored as ranges beside the pages.
+    std::vector<std::vector<uint8_t>> rows;
+    std::vector<WeightSource::ReadRequest> many;
+    for (const auto& [offset, length] : row_reads) {
+      rows.emplace_back(length);
+      many.push_back({offset, rows.back().data(), length});
+    }
+    if (!many.empty()) source->read_many(many);
   }
   const std::optional<CacheIndex> parsed = read_cache_index(*store, cache_index_name(url));
   if (!parsed) throw std::runtime_error("the seed's index does not read back");
@@ -358,6 +367,9 @@ void page_cache_seeds() {
   cache_seed("pages-lost", 300000, 4096, {{0, 300000}}, 1, {{0, 4096}, {100000, 65535}, {290000, 10000}}, 150000);
   cache_seed("other-version", 300000, 4096, {{0, 5000}}, 0, {{0, 4096}, {100000, 100}, {3000, 2000}});
   cache_seed("odd-pages", 100001, 1u << 12 | 1u << 10, {{0, 40000}}, 1, {{0, 4096}, {99990, 11}, {3000, 2000}}, 0);
+  // Past the first range (1 MiB, which the open fetches), so that rows are ranges.
+  cache_seed("rows", 3000000, 4096, {{0, 5000}}, 1, {{1200000, 700}, {1200500, 9000}, {2500000, 100}}, -1,
+             {{1200000, 700}, {1310000, 700}, {1310700, 700}, {2500050, 1000}});
 }
 
 // ---- sampler ----------------------------------------------------------------------
