@@ -449,14 +449,15 @@ void dot_a_bytes_wide(const uint8_t (*q)[kQK_K], const Scales s[4], const Quanti
 }
 #endif
 
-// Several positions (prefill), an even number. With an 8-bit dot product
-// (simd::kByteDot) the values stay unsigned bytes, for dot_a_bytes: fewer
-// operations. Without one they are widened to int16 already multiplied by
+// Several positions (prefill), a multiple of four; each block is unpacked
+// once for all of them. With an 8-bit dot product (simd::kByteDot) the values
+// stay unsigned bytes, for dot_a_bytes (dot_a_bytes_wide natively), four
+// positions at a time: fewer operations. Without one they are widened to int16 already multiplied by
 // their scale (|q * scale| <= 4096 fits), and positions take plain dot
 // products of those in pairs.
 template <class F, int kPositions>
 void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x, int p0, v128_t acc[kPositions]) {
-  static_assert(kPositions % 2 == 0, "positions go in pairs");
+  static_assert(kPositions % 4 == 0, "positions go in fours (and pairs)");
   for (int j = 0; j < kPositions; ++j) acc[j] = wasm_f32x4_splat(0.0f);
   const simd::HalvesToFloats halves;
   Scales s[4];
@@ -472,8 +473,6 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
       for (int i = 0; i < 4; ++i) {
         F::template for_each_chunk<true>(block[i], [&](int e, v128_t v, int) { simd::store(q[i] + e, v); });
       }
-      // The unpacked block serves the positions four at a time.
-      static_assert(kPositions % 4 == 0, "positions go in fours");
       for (int j = 0; j < kPositions; j += 4) {
 #if defined(SIPLLM_WIDE_GROUPS)
         dot_a_bytes_wide<F>(q, s, x, p0 + j, b, a4 + j);
