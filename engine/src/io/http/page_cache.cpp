@@ -294,8 +294,7 @@ void PageCache::forget_pages_past_the_end() {
   for (auto it = index_.ranges.begin(); it != index_.ranges.end();) {
     it = it->second > length ? index_.ranges.erase(it) : std::next(it);
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  save_index_locked();
+  save_index();
 }
 
 PageCache::PageCache(std::shared_ptr<CacheStore> store, const std::string& url,
@@ -306,15 +305,15 @@ PageCache::PageCache(std::shared_ptr<CacheStore> store, const std::string& url,
   index_.page_bytes = page_bytes;
   index_.pages.assign(cache_page_count(file.size, page_bytes), false);
   in_flight_.assign(index_.page_count(), false);
-  std::lock_guard<std::mutex> lock(mutex_);
   try {
     store_->remove(index_name_);
     store_->remove(pages_name_);
   } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lock(mutex_);
     stop_writing_locked(e.what());
     return;
   }
-  save_index_locked();
+  save_index();
 }
 
 bool PageCache::writing() const {
@@ -333,12 +332,20 @@ void PageCache::stop_writing_locked(const std::string& why) {
   write_error_ = why;
 }
 
-void PageCache::save_index_locked() {
-  if (!writing_) return;
-  const std::string text = index_.serialize();
+void PageCache::save_index() {
+  // The text is taken under the writer's lock, so that the writes land in
+  // the order the index changed: the last one written is the latest.
+  std::lock_guard<std::mutex> writer(index_write_mutex_);
+  std::string text;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!writing_) return;
+    text = index_.serialize();
+  }
   try {
     store_->write(index_name_, 0, text.data(), text.size());
   } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lock(mutex_);
     stop_writing_locked(e.what());
   }
 }
@@ -388,22 +395,24 @@ void PageCache::finish(uint64_t first, uint64_t count, const uint8_t* bytes) {
     }
   }
   if (files.owns_lock()) files.unlock();
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!error.empty()) stop_writing_locked(error);
-  for (uint64_t p = first; p < first + count; ++p) {
-    in_flight_[p] = false;
-    if (stored && writing_) index_.pages[p] = true;
-  }
-  if (stored && writing_) {
-    // Ranges wholly inside the pages now stored say nothing more.
-    const uint64_t begin = first * index_.page_bytes;
-    const uint64_t end = (first + count - 1) * index_.page_bytes + index_.page_length(first + count - 1);
-    for (auto it = index_.ranges.lower_bound(begin); it != index_.ranges.end() && it->second <= end;) {
-      it = index_.ranges.erase(it);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!error.empty()) stop_writing_locked(error);
+    for (uint64_t p = first; p < first + count; ++p) {
+      in_flight_[p] = false;
+      if (stored && writing_) index_.pages[p] = true;
+    }
+    if (stored && writing_) {
+      // Ranges wholly inside the pages now stored say nothing more.
+      const uint64_t begin = first * index_.page_bytes;
+      const uint64_t end = (first + count - 1) * index_.page_bytes + index_.page_length(first + count - 1);
+      for (auto it = index_.ranges.lower_bound(begin); it != index_.ranges.end() && it->second <= end;) {
+        it = index_.ranges.erase(it);
+      }
     }
   }
-  if (stored) save_index_locked();
   fetched_.notify_all();
+  if (stored) save_index();
 }
 
 bool PageCache::holds(uint64_t offset, uint64_t length) const {
@@ -428,13 +437,15 @@ void PageCache::store_ranges(const std::vector<Range>& ranges) {
       break;
     }
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!error.empty()) stop_writing_locked(error);
-  if (!writing_) return;
-  for (const Range* range : stored) {
-    if (index_.ranges.size() < kMaxRanges) index_.add_range(range->offset, range->offset + range->length);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!error.empty()) stop_writing_locked(error);
+    if (!writing_) return;
+    for (const Range* range : stored) {
+      if (index_.ranges.size() < kMaxRanges) index_.add_range(range->offset, range->offset + range->length);
+    }
   }
-  save_index_locked();
+  save_index();
 }
 
 bool PageCache::read(uint64_t offset, void* dst, size_t length) {
@@ -445,21 +456,27 @@ bool PageCache::read(uint64_t offset, void* dst, size_t length) {
     ok = false;  // a store that throws on a read is treated as one that lacks the bytes
   }
   if (ok) return true;
-  std::lock_guard<std::mutex> lock(mutex_);
-  const uint64_t first = offset / index_.page_bytes;
-  const uint64_t last = (offset + length - 1) / index_.page_bytes;
-  for (uint64_t p = first; p <= last; ++p) index_.pages[p] = false;
-  index_.drop_ranges(offset, offset + length);
-  save_index_locked();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uint64_t first = offset / index_.page_bytes;
+    const uint64_t last = (offset + length - 1) / index_.page_bytes;
+    for (uint64_t p = first; p <= last; ++p) index_.pages[p] = false;
+    index_.drop_ranges(offset, offset + length);
+  }
+  save_index();
   return false;
 }
 
 void PageCache::invalidate() {
+  // No index write may land after the deletion either.
+  std::lock_guard<std::mutex> writer(index_write_mutex_);
   std::unique_lock<std::shared_mutex> files(files_mutex_);
-  std::lock_guard<std::mutex> lock(mutex_);
-  stop_writing_locked("the file changed on the server");
-  std::fill(index_.pages.begin(), index_.pages.end(), false);
-  index_.ranges.clear();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_writing_locked("the file changed on the server");
+    std::fill(index_.pages.begin(), index_.pages.end(), false);
+    index_.ranges.clear();
+  }
   try {
     store_->remove(index_name_);
     store_->remove(pages_name_);

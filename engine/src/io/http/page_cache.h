@@ -81,6 +81,13 @@ std::optional<CacheIndex> load_cache_index(CacheStore& store, const std::string&
 std::optional<CacheIndex> read_cache_index(CacheStore& store, const std::string& name);
 
 // One open model's pages, for the life of one source. Thread-safe.
+//
+// No lock that a reader of the state (writing(), write_error(), holds(),
+// claim()) takes is held across a call to the store. In the WebAssembly
+// build a store call from an engine thread waits for the main runtime
+// thread, which answers it; that thread also reads this state (the stats of
+// every request), and if it blocked behind a lock held by a thread waiting
+// for it, neither would ever move again.
 class PageCache {
  public:
   // Uses an existing entry, but for pages past the end of its pages file
@@ -138,7 +145,8 @@ class PageCache {
  private:
   void forget_pages_past_the_end();
   bool stored_through(uint64_t end);  // the pages file holds byte end - 1
-  void save_index_locked();
+  // Writes the index as it stands; called without mutex_.
+  void save_index();
   void stop_writing_locked(const std::string& why);
 
   std::shared_ptr<CacheStore> store_;
@@ -148,7 +156,8 @@ class PageCache {
   // entry is deleted: a write that was under way when the file changed
   // cannot land after the deletion and leave stale bytes behind.
   std::shared_mutex files_mutex_;
-  mutable std::mutex mutex_;
+  std::mutex index_write_mutex_;  // one index write at a time, taken before the others
+  mutable std::mutex mutex_;      // the state below; never held across a store call
   std::condition_variable fetched_;  // a claim ended
   CacheIndex index_;
   std::vector<bool> in_flight_;
