@@ -4,12 +4,15 @@
 // found these; http_source_test.cpp tests the cache against a real server.)
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "io/http/page_cache.h"
@@ -232,6 +235,89 @@ TEST(HttpCache, AFileTooLargeForTheCacheStreamsWithoutIt) {
       EXPECT_EQ(bytes, file_bytes(offset, bytes.size())) << offset;
     }
   }
+}
+
+// A store whose writes to one file, once the gate is closed, wait until it
+// opens: as a store call from an engine thread waits for the WebAssembly
+// build's main runtime thread to answer it.
+class GatedStore final : public CacheStore {
+ public:
+  explicit GatedStore(std::string gated) : gated_(std::move(gated)) {}
+
+  bool read(const std::string& name, uint64_t offset, void* dst, size_t length) override {
+    return files_.read(name, offset, dst, length);
+  }
+  void write(const std::string& name, uint64_t offset, const void* src, size_t length) override {
+    if (name == gated_) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (closed_) {
+        ++waiting_;
+        changed_.notify_all();
+        // The bound only ends the deadlock the test exists to catch, so that
+        // the test fails rather than hangs.
+        if (!changed_.wait_for(lock, std::chrono::seconds(30), [&] { return !closed_; })) gave_up_ = true;
+      }
+    }
+    files_.write(name, offset, src, length);
+  }
+  std::vector<std::pair<std::string, uint64_t>> list() override { return files_.list(); }
+  void remove(const std::string& name) override { files_.remove(name); }
+
+  void close_gate() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closed_ = true;
+  }
+  void wait_for_a_writer_at_the_gate() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return waiting_ > 0; });
+  }
+  void open_gate() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closed_ = false;
+    changed_.notify_all();
+  }
+  bool gave_up() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return gave_up_;
+  }
+
+ private:
+  const std::string gated_;
+  MemoryStore files_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool closed_ = false;
+  int waiting_ = 0;
+  bool gave_up_ = false;
+};
+
+TEST(HttpCache, ItsStateCanBeReadWhileAStoreCallWaits) {
+  // An engine thread stores a page, then writes the index, which the store
+  // keeps waiting. Meanwhile this thread reads the state, as the WebAssembly
+  // build's main runtime thread does for every request's stats. Before the
+  // fix the index was written under the lock the readers take: the reader
+  // waited for the writer, and the writer for the reader's thread.
+  const std::string url = "http://host/m.gguf";
+  const uint64_t size = 4 * kPage;
+  auto store = std::make_shared<GatedStore>(cache_index_name(url));
+  PageCache cache(store, url, RemoteFile{size, "\"v1\"", ""}, kPage);
+  ASSERT_EQ(cache.claim({0}), std::vector<PageCache::PageState>{PageCache::PageState::kClaimed});
+  store->close_gate();
+  const std::string page = file_bytes(0, kPage);
+  std::thread writer([&] { cache.finish(0, 1, reinterpret_cast<const uint8_t*>(page.data())); });
+  store->wait_for_a_writer_at_the_gate();
+
+  EXPECT_TRUE(cache.writing());
+  EXPECT_EQ(cache.write_error(), "");
+  EXPECT_TRUE(cache.holds(0, kPage));  // stored, though its index is not written yet
+  EXPECT_EQ(cache.claim({1}), std::vector<PageCache::PageState>{PageCache::PageState::kClaimed});
+  const bool reader_waited_for_the_writer = store->gave_up();
+  store->open_gate();
+  writer.join();
+  EXPECT_FALSE(reader_waited_for_the_writer);
+  const std::optional<CacheIndex> index = load_cache_index(*store, url);
+  ASSERT_TRUE(index);
+  EXPECT_EQ(index->pages, (std::vector<bool>{true, false, false, false}));
 }
 
 }  // namespace
