@@ -13,6 +13,9 @@
 //   s.endWarmUp() stops a warm-up job (the loader goes on),
 //   s.cancel() -> tokens generated so far, s.info(), s.tokenize(), s.detokenize(), s.reset(), s.stats()
 //   s.close() -> the 'closed' event once the model is freed; then s.delete()
+//   s.probeAddress() -> where the session's probe is in the memory (web/src/probe.ts)
+//   s.holdJobs(held) -> a test's hook: no job starts while held (threaded builds)
+//   a busy engine also sends 'alive' events, about every 250 ms
 //   Module.listCachedModels(storeId), Module.deleteCachedModel(storeId, url)
 //   Module.jsonSchemaToGrammar(schemaText), Module.jsonObjectGrammar() -> GBNF text
 //   Module.runQueuedCalls() runs what the engine's threads queued for this thread
@@ -435,6 +438,18 @@ val stats(Session& s) {
   });
 }
 
+// Where the session's probe lies in the WebAssembly memory (SessionProbe in
+// session.h; web/src/probe.ts reads it).
+double probe_address(Session& s) { return static_cast<double>(reinterpret_cast<uintptr_t>(&s.probe())); }
+
+// A test's hook: see Session::hold_jobs.
+val hold_jobs(Session& s, bool held) {
+  return answer([&] {
+    s.hold_jobs(held);
+    return val::undefined();
+  });
+}
+
 int cancel(Session& s) { return s.cancel(); }
 void end_warm_up(Session& s) { s.end_warm_up(); }
 void close(Session& s) { s.close(); }
@@ -498,7 +513,9 @@ EMSCRIPTEN_BINDINGS(sipllm) {
       .function("detokenize", &detokenize)
       .function("reset", &reset)
       .function("stats", &stats)
-      .function("close", &close);
+      .function("close", &close)
+      .function("probeAddress", &probe_address)
+      .function("holdJobs", &hold_jobs);
   emscripten::function("listCachedModels", &list_cached_models_js);
   emscripten::function("deleteCachedModel", &delete_cached_model_js);
   emscripten::function("jsonSchemaToGrammar", &json_schema_to_grammar_js);

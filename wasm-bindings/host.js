@@ -375,6 +375,9 @@ Module['sipllmHost'] = (function () {
     },
     // On the main runtime thread: the threaded build's transport.
     startRange: startRange,
+    // The WebAssembly memory (a SharedArrayBuffer in the threaded builds):
+    // the page reads the engine's probe in it (web/src/probe.ts).
+    memory: function () { return wasmMemory.buffer; },
     storeRead: function (id, name, offset, dst, length) {
       try {
         return store(id).read(name, offset, heapView(dst, length)) ? 1 : 0;

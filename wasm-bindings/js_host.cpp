@@ -100,11 +100,14 @@ namespace {
 
 class JsTransport final : public HttpTransport {
  public:
+  JsTransport(TransportProbe* probe, EngineProbe* beats) : probe_(probe), beats_(beats) {}
+
   HttpRangeResponse get_range(const std::string& url, uint64_t offset, uint64_t length,
                               uint8_t* dst, double read_timeout_ms) override {
     if (aborted_) return aborted_response();
 #if SIPLLM_WASM_THREADS
     if (!emscripten_is_main_runtime_thread()) {
+      InFlight counted(probe_);
       return get_range_on_main_thread(url, offset, length, dst, read_timeout_ms);
     }
 #endif
@@ -115,6 +118,17 @@ class JsTransport final : public HttpTransport {
   void abort() override { aborted_ = true; }
 
  private:
+  // Counts a request in the probe for as long as it is under way.
+  struct InFlight {
+    explicit InFlight(TransportProbe* probe) : probe(probe) {
+      if (probe != nullptr) probe->in_flight.fetch_add(1);
+    }
+    ~InFlight() {
+      if (probe != nullptr) probe->in_flight.fetch_sub(1);
+    }
+    TransportProbe* probe;
+  };
+
   static HttpRangeResponse aborted_response() {
     HttpRangeResponse response;
     response.error = "request abandoned";
@@ -147,7 +161,10 @@ class JsTransport final : public HttpTransport {
       int32_t state = call->state.load();
       if (state == RangeCall::kDone) break;
       if (call->arrivals.load() != arrivals) {
-        arrivals = call->arrivals.load();
+        const int32_t now_arrived = call->arrivals.load();
+        if (probe_ != nullptr) probe_->arrivals.fetch_add(now_arrived - arrivals);
+        if (beats_ != nullptr) beats_->beat();
+        arrivals = now_arrived;
         deadline = emscripten_get_now() + patience;
       }
       const double left = deadline - emscripten_get_now();
@@ -173,6 +190,8 @@ class JsTransport final : public HttpTransport {
 #endif
 
   std::atomic<bool> aborted_{false};
+  [[maybe_unused]] TransportProbe* const probe_;  // the threaded build's requests
+  [[maybe_unused]] EngineProbe* const beats_;
 };
 
 class JsStore final : public CacheStore {
@@ -261,7 +280,9 @@ class JsBytesSource final : public WeightSource {
 
 }  // namespace
 
-std::shared_ptr<HttpTransport> make_js_transport() { return std::make_shared<JsTransport>(); }
+std::shared_ptr<HttpTransport> make_js_transport(TransportProbe* probe, EngineProbe* beats) {
+  return std::make_shared<JsTransport>(probe, beats);
+}
 
 std::shared_ptr<CacheStore> make_js_store(int store_id) { return std::make_shared<JsStore>(store_id); }
 
@@ -275,6 +296,10 @@ void post_tokens_ready(int session_id) {
 
 void post_job_done(int session_id) {
   MAIN_THREAD_ASYNC_EM_ASM({ Module.sipllmHost.event($0, "done"); }, session_id);
+}
+
+void post_alive(int session_id) {
+  MAIN_THREAD_ASYNC_EM_ASM({ Module.sipllmHost.event($0, "alive"); }, session_id);
 }
 
 void post_closed(int session_id) {

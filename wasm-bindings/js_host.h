@@ -22,21 +22,31 @@
 // calls are answered at once rather than when the computation next waits.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "sipllm/engine_probe.h"
 #include "sipllm/http_source.h"
 #include "sipllm/weight_source.h"
 
 namespace sipllm::wasm {
+
+// What the transport has under way, for a stalled worker's report (see
+// SessionProbe in session.h); arrivals also beat the engine's probe.
+struct TransportProbe {
+  std::atomic<int32_t> in_flight{0};  // range requests awaiting their answer
+  std::atomic<int32_t> arrivals{0};   // pieces of bodies arrived
+};
 
 // The read timeout each call is given is applied in JavaScript: no byte for
 // that long aborts the request (reported as HttpFailure::kStalled, and
 // retried by the HTTP source like a dropped connection). The single-thread
 // build's synchronous XMLHttpRequest cannot see bytes arrive: it is given the
 // read timeout plus the range's time at 64 kB/s for the whole transfer.
-std::shared_ptr<HttpTransport> make_js_transport();
+// The probes (when given) must outlive the transport.
+std::shared_ptr<HttpTransport> make_js_transport(TransportProbe* probe = nullptr, EngineProbe* beats = nullptr);
 
 // The store registered in JavaScript under `store_id` (see host.js).
 std::shared_ptr<CacheStore> make_js_store(int store_id);
@@ -50,6 +60,7 @@ std::unique_ptr<WeightSource> make_js_bytes_source(int bytes_id, uint64_t size, 
 void post_tokens_ready(int session_id);
 void post_job_done(int session_id);
 void post_closed(int session_id);
+void post_alive(int session_id);
 void post_progress(int session_id, uint64_t loaded, uint64_t fetched, uint64_t from_cache,
                    uint64_t total, bool header);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstddef>
 #include <iterator>
 #include <new>
 #include <utility>
@@ -15,6 +16,21 @@ namespace sipllm::wasm {
 namespace {
 
 constexpr uint64_t kMinProgressStep = 64u << 10;
+// How often a busy engine says it is alive: well inside any watchdog's
+// patience, rare enough to cost nothing.
+constexpr double kAlivePeriodMs = 250;
+
+// The page reads the probe by these offsets (web/src/probe.ts).
+static_assert(offsetof(SessionProbe, job) == 0 && offsetof(SessionProbe, job_state) == 4 &&
+                  offsetof(SessionProbe, job_cancelled) == 8 && offsetof(SessionProbe, session_id) == 12 &&
+                  offsetof(SessionProbe, http) == 16 && offsetof(TransportProbe, arrivals) == 4 &&
+                  offsetof(SessionProbe, engine) == 64,
+              "web/src/probe.ts reads the session's words at these offsets");
+static_assert(offsetof(EngineProbe, beats) == 0 && offsetof(EngineProbe, cancelled) == 4 &&
+                  offsetof(EngineProbe, waiting_for_unit) == 8 && offsetof(EngineProbe, units_loading) == 12 &&
+                  offsetof(EngineProbe, pool_threads) == 16 && offsetof(EngineProbe, pool) == 64 &&
+                  sizeof(EngineProbe::Word) == 64,
+              "web/src/probe.ts reads the engine's words at these offsets");
 constexpr uint64_t kProgressEventsPerFile = 200;
 
 // Passes reads through and tells the reporter which bytes arrived.
@@ -195,8 +211,19 @@ void JobThread::loop() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
+    if (held_ != 0) {
+      std::atomic<int32_t>* state = held_state_;
+      if (state != nullptr) state->store(SessionProbe::kHeld);
+      while (held_ != 0) emscripten_futex_wait(&held_, 1, 100);
+    }
     job();
   }
+}
+
+void JobThread::hold(bool held, std::atomic<int32_t>* state) {
+  held_state_ = state;
+  held_ = held ? 1 : 0;
+  if (!held) emscripten_futex_wake(&held_, INT_MAX);
 }
 
 void JobThread::stop() {
@@ -219,12 +246,30 @@ void JobThread::stop() {
 
 void JobThread::post(std::function<void()> job) { job(); }
 void JobThread::stop() {}
+void JobThread::hold(bool, std::atomic<int32_t>*) {
+  throw Error(ErrorKind::kUnsupported, "the single-thread build runs its jobs inline: they cannot be held");
+}
 
 #endif
 
 // ---- Session -----------------------------------------------------------------------
 
-Session::Session(int id) : id_(id), progress_(id) {}
+Session::Session(int id) : id_(id), progress_(id) {
+  probe_.session_id = id;
+  probe_.engine.pulse = &Session::pulse;
+  probe_.engine.pulse_context = this;
+}
+
+void Session::pulse(void* context) {
+  Session& session = *static_cast<Session*>(context);
+  const double now = emscripten_get_now();
+  double sent = session.alive_sent_ms_.load();
+  if (now - sent >= kAlivePeriodMs && session.alive_sent_ms_.compare_exchange_strong(sent, now)) {
+    post_alive(session.id_);
+  }
+}
+
+void Session::hold_jobs(bool held) { jobs_.hold(held, &probe_.job_state); }
 
 Session::~Session() {
   cancel();
@@ -233,14 +278,21 @@ Session::~Session() {
   engine_.reset();
 }
 
-void Session::start_job(std::function<void(JobResult&)> work) {
+void Session::start_job(SessionProbe::Job kind, std::function<void(JobResult&)> work) {
   bool idle = false;
   if (!busy_.compare_exchange_strong(idle, true)) {
     throw Error(ErrorKind::kInvalidArgument, "the model is busy with another request");
   }
+  probe_.job_cancelled = 0;
+  probe_.job = kind;
+  probe_.job_state = SessionProbe::kQueued;
   jobs_.post([this, work = std::move(work)] {
+    probe_.job_state = SessionProbe::kRunning;
     JobResult result;
     try {
+      // Cancelled while it waited for the job thread: the engine would not
+      // know (a cancel before its call is forgotten when the call starts).
+      if (probe_.job_cancelled != 0) throw Error(ErrorKind::kAborted, "the request was cancelled before it started");
       work(result);
     } catch (const Error& e) {
       result.ok = false;
@@ -262,6 +314,8 @@ void Session::start_job(std::function<void(JobResult&)> work) {
       std::lock_guard<std::mutex> lock(events_mutex_);
       result_ = std::move(result);
     }
+    probe_.job_state = SessionProbe::kIdle;
+    probe_.job = SessionProbe::kNoJob;
     busy_ = false;
     post_job_done(id_);
   });
@@ -270,7 +324,9 @@ void Session::start_job(std::function<void(JobResult&)> work) {
 void Session::open_source(std::unique_ptr<WeightSource> source, const EngineOptions& options) {
   progress_.begin(source->size(), true);
   auto reporting = std::make_unique<ReportingSource>(std::move(source), progress_);
-  std::unique_ptr<Engine> engine = Engine::open(std::move(reporting), adapt_to_build(options));
+  EngineOptions engine_options = adapt_to_build(options);
+  engine_options.probe = &probe_.engine;
+  std::unique_ptr<Engine> engine = Engine::open(std::move(reporting), engine_options);
   progress_.set_header(false);
   std::lock_guard<std::mutex> lock(engine_mutex_);
   engine_ = std::move(engine);
@@ -278,9 +334,9 @@ void Session::open_source(std::unique_ptr<WeightSource> source, const EngineOpti
 
 void Session::open_url(const std::string& url, const OpenOptions& options) {
   if (engine_ != nullptr) throw Error(ErrorKind::kInvalidArgument, "this session already has a model");
-  const std::shared_ptr<HttpTransport> transport = make_js_transport();
+  const std::shared_ptr<HttpTransport> transport = make_js_transport(&probe_.http, &probe_.engine);
   transport_ = transport;
-  start_job([this, url, options, transport](JobResult&) {
+  start_job(SessionProbe::kOpen, [this, url, options, transport](JobResult&) {
     HttpSourceOptions http = options.http;
 #if !SIPLLM_WASM_THREADS
     http.parallel_requests = 1;
@@ -310,7 +366,7 @@ void Session::open_url(const std::string& url, const OpenOptions& options) {
 void Session::open_bytes(int bytes_id, uint64_t size, const std::string& name,
                          const OpenOptions& options) {
   if (engine_ != nullptr) throw Error(ErrorKind::kInvalidArgument, "this session already has a model");
-  start_job([this, bytes_id, size, name, options](JobResult&) {
+  start_job(SessionProbe::kOpen, [this, bytes_id, size, name, options](JobResult&) {
     open_source(make_js_bytes_source(bytes_id, size, name), options.engine);
   });
 }
@@ -320,6 +376,9 @@ GenerationStats Session::run_generation(
   tokens_generated_ = 0;
   const GenerationStats stats = run([this](const TokenEvent& event) {
     if (event.token >= 0) ++tokens_generated_;
+    // A cancel that came between the job's start and the engine's call: the
+    // engine forgot it, this stops the generation at its first token.
+    if (probe_.job_cancelled != 0 && probe_.engine.cancelled == 0) engine_->cancel();
     bool post = false;
     {
       std::lock_guard<std::mutex> lock(events_mutex_);
@@ -336,7 +395,7 @@ GenerationStats Session::run_generation(
 
 void Session::generate(const std::string& prompt, const GenerateOptions& options) {
   idle_engine();
-  start_job([this, prompt, options](JobResult& result) {
+  start_job(SessionProbe::kGenerate, [this, prompt, options](JobResult& result) {
     result.stats = run_generation(
         [&](const Engine::TokenCallback& on_token) { return engine_->generate(prompt, options, on_token); });
   });
@@ -344,7 +403,7 @@ void Session::generate(const std::string& prompt, const GenerateOptions& options
 
 void Session::generate_tokens(const std::vector<int32_t>& prompt, const GenerateOptions& options) {
   idle_engine();
-  start_job([this, prompt, options](JobResult& result) {
+  start_job(SessionProbe::kGenerate, [this, prompt, options](JobResult& result) {
     result.stats = run_generation([&](const Engine::TokenCallback& on_token) {
       return engine_->generate_tokens(prompt, options, on_token);
     });
@@ -353,7 +412,7 @@ void Session::generate_tokens(const std::vector<int32_t>& prompt, const Generate
 
 void Session::embed(const std::vector<std::string>& texts, const EmbedOptions& options) {
   idle_engine();
-  start_job([this, texts, options](JobResult& result) {
+  start_job(SessionProbe::kEmbed, [this, texts, options](JobResult& result) {
     Embeddings out;
     out.vectors = engine_->embed(texts, options);
     for (const std::string& text : texts) {
@@ -365,7 +424,7 @@ void Session::embed(const std::vector<std::string>& texts, const EmbedOptions& o
 
 void Session::warm_up(double milliseconds) {
   idle_engine();
-  start_job([this, milliseconds](JobResult&) { engine_->warm_up(milliseconds); });
+  start_job(SessionProbe::kWarmUp, [this, milliseconds](JobResult&) { engine_->warm_up(milliseconds); });
 }
 
 std::vector<TokenEvent> Session::take_tokens() {
@@ -388,6 +447,7 @@ void Session::end_warm_up() {
 
 int Session::cancel() {
   std::lock_guard<std::mutex> lock(engine_mutex_);
+  if (busy_) probe_.job_cancelled = 1;
   const int generated = tokens_generated_;
   if (engine_ != nullptr) engine_->cancel();
   return generated;
@@ -445,8 +505,11 @@ void Session::close() {
   }
   // After the running job, which the cancel and the abort end soon. Inline
   // in the single-thread build.
-  jobs_.post([engine, id = id_] {
+  jobs_.post([this, engine, id = id_] {
+    probe_.job = SessionProbe::kClose;
+    probe_.job_state = SessionProbe::kRunning;
     engine->reset();
+    probe_.job_state = SessionProbe::kIdle;
     post_closed(id);
   });
 }

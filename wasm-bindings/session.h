@@ -24,10 +24,34 @@
 #include <thread>
 #include <vector>
 
+#include "js_host.h"
 #include "sipllm/engine.h"
+#include "sipllm/engine_probe.h"
 #include "sipllm/http_source.h"
 
 namespace sipllm::wasm {
+
+// What a session is doing, kept in words the page reads straight from the
+// shared memory by offset (web/src/probe.ts), so that it can say what every
+// thread of a stuck worker waits on. The session's own words come first; the
+// engine's (sipllm/engine_probe.h) and the transport's follow.
+struct SessionProbe {
+  enum Job : int32_t { kNoJob = 0, kOpen = 1, kGenerate = 2, kEmbed = 3, kWarmUp = 4, kClose = 5 };
+  enum JobState : int32_t {
+    kIdle = 0,     // no job
+    kQueued = 1,   // posted; the job thread has not started it
+    kRunning = 2,  // in the engine
+    kHeld = 3,     // held before it started (a test's hook: Session::hold_jobs)
+  };
+  std::atomic<int32_t> job{kNoJob};
+  std::atomic<int32_t> job_state{kIdle};
+  // The page cancelled the job: it stops, whether or not the engine has
+  // started it yet (the engine forgets a cancel that comes before its call).
+  std::atomic<int32_t> job_cancelled{0};
+  std::atomic<int32_t> session_id{0};
+  TransportProbe http;
+  EngineProbe engine;
+};
 
 // What an open needs besides the model's location.
 struct OpenOptions {
@@ -88,6 +112,8 @@ class JobThread {
 
   void post(std::function<void()> job);
   void stop();  // finishes the running job, drops queued ones, joins
+  // While held, no job starts; `state` (when given) says so meanwhile.
+  void hold(bool held, std::atomic<int32_t>* state = nullptr);
 
  private:
 #if SIPLLM_WASM_THREADS
@@ -97,6 +123,8 @@ class JobThread {
   std::deque<std::function<void()>> jobs_;
   bool stopping_ = false;
   std::atomic<int32_t> exited_{0};  // the loop has returned
+  std::atomic<int32_t> held_{0};
+  std::atomic<int32_t>* held_state_ = nullptr;
   std::thread thread_;
 #endif
 };
@@ -110,6 +138,12 @@ class Session {
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
+
+  // Where the probe is in the WebAssembly memory; see SessionProbe.
+  const SessionProbe& probe() const { return probe_; }
+  // For tests of the page's watchdog and of forced interleavings: while
+  // held, the job thread starts no job (the threaded build only).
+  void hold_jobs(bool held);
 
   // Jobs. Each throws Error(kInvalidArgument) when a job is still running.
   void open_url(const std::string& url, const OpenOptions& options);
@@ -152,13 +186,18 @@ class Session {
   void close();
 
  private:
-  void start_job(std::function<void(JobResult&)> work);
+  void start_job(SessionProbe::Job kind, std::function<void(JobResult&)> work);
+  // The engine's pulse (EngineProbe::pulse): an "alive" event at most every
+  // kAlivePeriodMs.
+  static void pulse(void* session);
   void open_source(std::unique_ptr<WeightSource> source, const EngineOptions& options);
   GenerationStats run_generation(const std::function<GenerationStats(const Engine::TokenCallback&)>& run);
   const Engine& idle_engine() const;
   Engine& idle_engine();
 
   const int id_;
+  SessionProbe probe_;
+  std::atomic<double> alive_sent_ms_{0};
   ProgressReporter progress_;
 
   mutable std::mutex engine_mutex_;  // guards the engine_ pointer against cancel()

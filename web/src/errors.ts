@@ -1,3 +1,5 @@
+import type { StallDump } from './probe.js';
+
 // Typed errors. Every failure of the engine arrives with the kind the engine
 // gave it (its ErrorKind) and a message naming what was wrong; each kind has
 // its own class, so callers can tell them apart with instanceof.
@@ -11,6 +13,7 @@ export type ErrorKind =
   | 'io'                // bytes could not be read from where they were stored
   | 'invalid-argument'  // an option or argument out of range
   | 'context-full'      // the prompt plus the tokens asked for exceed the context
+  | 'stalled'           // the engine made no progress for LoadOptions.stallTimeoutMs
   | 'internal';         // the engine worker failed in an unexpected way
 
 export class SipLLMError extends Error {
@@ -77,6 +80,18 @@ export class ContextFullError extends SipLLMError {
   constructor(message: string) {
     super('context-full', message);
     this.name = 'ContextFullError';
+  }
+}
+
+// A request made no progress for LoadOptions.stallTimeoutMs: no token, no
+// computation, no byte arrived. Its worker was stopped (the persistent cache
+// is left as it was: every write to it is complete before it is recorded);
+// the next request loads the model again, from the cache when it holds it.
+// `dump` says what each part of the worker was doing (see probe.ts).
+export class EngineStalledError extends SipLLMError {
+  constructor(message: string, readonly dump: StallDump) {
+    super('stalled', message);
+    this.name = 'EngineStalledError';
   }
 }
 

@@ -6,6 +6,7 @@ export { renderChatTemplate } from './chat.js';
 export {
   AbortError,
   ContextFullError,
+  EngineStalledError,
   FormatError,
   InvalidArgumentError,
   IoError,
@@ -15,4 +16,5 @@ export {
   UnsupportedError,
 } from './errors.js';
 export type { ErrorKind } from './errors.js';
+export type { StallDump } from './probe.js';
 export type * from './types.js';

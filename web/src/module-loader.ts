@@ -33,6 +33,8 @@ export interface EngineSession {
   stats(): Answer<SessionStats>;
   close(): void;  // then wait for the 'closed' event before delete()
   delete(): void;
+  probeAddress(): number;  // where its probe lies in the memory (probe.ts)
+  holdJobs(held: boolean): Answer<undefined>;  // a test's hook (threaded builds)
 }
 
 // How a job ended (Session::take_result): a generation's statistics, or an
@@ -72,7 +74,7 @@ export interface LiveUnit {
 }
 
 // What the engine tells a session's JavaScript side (js_host.cpp post_*).
-export type EngineEvent = 'tokens' | 'done' | 'progress' | 'closed';
+export type EngineEvent = 'tokens' | 'done' | 'progress' | 'closed' | 'alive';
 
 export interface Registry {
   stores: Map<number, unknown>;
@@ -90,6 +92,7 @@ export interface EngineModule {
   runQueuedCalls(): void;  // what the engine's threads queued for this thread (bindings.cpp)
   threaded: boolean;
   sipllmRegistry?: Registry;
+  sipllmHost: { memory(): ArrayBufferLike };  // host.js
 }
 
 type Factory = (settings: Record<string, unknown>) => Promise<EngineModule>;

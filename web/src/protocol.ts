@@ -19,11 +19,18 @@ export interface InitRequest {
   build: Build;
   wasmBaseUrl: string | null;  // null: the package's own files
   poolSize: number;
-  // Shared with the page when SharedArrayBuffer is usable: the page writes the
-  // id of a request to cancel into element 0, so that a worker busy in a
-  // single-thread generation sees it between tokens.
-  cancelFlag: Int32Array | null;
+  // Shared with the page when SharedArrayBuffer is usable (WorkerWords in
+  // probe.ts): the page writes the id of a request to cancel into element 0,
+  // so that a worker busy in a single-thread generation sees it between
+  // tokens; the worker keeps what it is doing in the others, which the page
+  // reads when the worker stalls.
+  words: Int32Array | null;
 }
+
+// Hooks for tests of the watchdog and of forced interleavings: the engine's
+// job thread holds its next job until released (threaded builds), or the
+// worker's own thread blocks for good.
+export type TestHook = 'hold-jobs' | 'release-jobs' | 'block-worker';
 
 export interface LoadRequest {
   type: 'load';
@@ -80,11 +87,14 @@ export type Request =
   | { type: 'stats'; id: number }
   | { type: 'unload'; id: number }
   | { type: 'listCache'; id: number; cache: CacheLocation }
-  | { type: 'deleteCache'; id: number; cache: CacheLocation; url: string };
+  | { type: 'deleteCache'; id: number; cache: CacheLocation; url: string }
+  | { type: 'testHook'; id: number; hook: TestHook };
 
 export interface LoadResult {
   info: ModelInfo;
   stats: Stats;
+  // Where the session's probe is (probe.ts), when the memory is shared.
+  probe: { memory: SharedArrayBuffer; address: number } | null;
 }
 
 export interface GenerateResult {
@@ -102,4 +112,6 @@ export type Reply =
   | { type: 'result'; id: number; value: unknown }
   | { type: 'error'; id: number; kind: string; message: string }
   | { type: 'progress'; id: number; progress: LoadProgress }
-  | { type: 'tokens'; id: number; pieces: string[] };
+  | { type: 'tokens'; id: number; pieces: string[] }
+  // The engine is making progress (about every 250 ms while it works).
+  | { type: 'alive'; id: number };

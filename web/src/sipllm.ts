@@ -17,7 +17,9 @@ import type { EngineLoadOptions } from './bridge.generated.js';
 import { ChatCompletions, Completions, Embeddings } from './openai.js';
 import type { CompletionEngine } from './openai.js';
 import { splitPartUrls } from './split-names.js';
-import type { CacheLocation, EmbedResult as EmbedReply, EngineGenerateOptions, GenerateResult, LoadRequest, LoadResult } from './protocol.js';
+import { WorkerWords } from './probe.js';
+import type { StallDump } from './probe.js';
+import type { CacheLocation, EmbedResult as EmbedReply, EngineGenerateOptions, GenerateResult, LoadRequest, LoadResult, TestHook } from './protocol.js';
 import type {
   Build,
   CacheOptions,
@@ -45,6 +47,10 @@ const DEFAULT_WARM_UP_MS = 500;
 // the last write left it): a fault in the orderly close must not hang the
 // caller. It is reported with a warning.
 const UNLOAD_GRACE_MS = 10_000;
+// A request that shows no progress for this long is a stall (LoadOptions.
+// stallTimeoutMs): past any read timeout and its retry, far past the engine's
+// 'alive' every 250 ms of work.
+const DEFAULT_STALL_TIMEOUT_MS = 120_000;
 
 type Source = { url: string } | { bytes: Uint8Array; name: string };
 
@@ -56,6 +62,7 @@ interface Plan {
   cache: CacheLocation | null;
   engineOptions: LoadRequest['options'];
   warmUpMs: number;
+  stallTimeoutMs: number;
   onProgress?: (event: LoadProgress) => void;
 }
 
@@ -203,9 +210,10 @@ export class SipLLM implements CompletionEngine {
     stats: Stats,
     private readonly restartSource: Source | null,
     private readonly plan: Plan,
-    private readonly cancelFlag: Int32Array | null,
+    private readonly words: Int32Array | null,
   ) {
     this.snapshot = stats;
+    this.watchForStalls(handle);
     this.chat = Object.assign((messages: ChatMessage[], options?: ChatOptions) => this.chatStream(messages, options),
                               { completions: new ChatCompletions(this) });
     this.completions = new Completions(this);
@@ -215,7 +223,7 @@ export class SipLLM implements CompletionEngine {
   static async load(source: string | URL | ArrayBuffer | ArrayBufferView, options: LoadOptions = {}): Promise<SipLLM> {
     const calledAt = performance.timeOrigin + performance.now();
     if (options.signal?.aborted) throw abortError(options.signal, 'loading');
-    for (const key of [...NON_NEGATIVE_LOAD_OPTION_KEYS, 'warmUpMs'] as const) checkNumber(options, key);
+    for (const key of [...NON_NEGATIVE_LOAD_OPTION_KEYS, 'warmUpMs', 'stallTimeoutMs'] as const) checkNumber(options, key);
     const build = chooseBuild(options.build);
     const threads = build === 'single' ? 1 : Math.max(1, Math.floor(options.threads ?? (await defaultThreads())));
     const parallelRequests = build === 'single' ? 1 : options.parallelRequests ?? DEFAULT_PARALLEL_REQUESTS;
@@ -230,6 +238,7 @@ export class SipLLM implements CompletionEngine {
       cache: await cacheLocation(options.cache),
       engineOptions: { ...given, threads, parallelRequests },
       warmUpMs: options.warmUpMs ?? (isThreadedBuild(build) ? DEFAULT_WARM_UP_MS : 0),
+      stallTimeoutMs: options.stallTimeoutMs ?? Math.max(DEFAULT_STALL_TIMEOUT_MS, 2 * (options.readTimeoutMs ?? 0)),
       onProgress: options.onProgress,
     };
     let src: Source;
@@ -241,17 +250,19 @@ export class SipLLM implements CompletionEngine {
         : new Uint8Array(source);
       src = { bytes, name: options.name ?? 'model bytes' };
     }
-    const cancelFlag = canShareMemory() ? new Int32Array(new SharedArrayBuffer(4)) : null;
-    const { handle, result } = await SipLLM.start(plan, src, cancelFlag, options.signal, calledAt);
+    const words = canShareMemory() ? new Int32Array(new SharedArrayBuffer(4 * WorkerWords.count)) : null;
+    const { handle, result } = await SipLLM.start(plan, src, words, options.signal, calledAt);
     // Bytes are kept only where a restart may need them.
-    const restartable = !('bytes' in src) || (build === 'single' && cancelFlag === null);
-    return new SipLLM(handle, result.info, result.stats, restartable ? src : null, plan, cancelFlag);
+    const restartable = !('bytes' in src) || (build === 'single' && words === null);
+    return new SipLLM(handle, result.info, result.stats, restartable ? src : null, plan, words);
   }
 
-  private static async start(plan: Plan, source: Source, cancelFlag: Int32Array | null, signal?: AbortSignal,
+  private static async start(plan: Plan, source: Source, words: Int32Array | null, signal?: AbortSignal,
                              calledAt = performance.timeOrigin + performance.now()):
       Promise<{ handle: WorkerHandle; result: LoadResult }> {
     const handle = await WorkerHandle.start();
+    // A stalled load fails with the stall's error; later stalls are the model's (watchForStalls).
+    Object.assign(handle.watch, { timeoutMs: plan.stallTimeoutMs, words });
     // The model's first pieces, fetched on this thread while the worker
     // starts its module (see early-ranges.ts): threaded builds only.
     const early = 'url' in source && isThreadedBuild(plan.build) && canShareMemory()
@@ -265,7 +276,7 @@ export class SipLLM implements CompletionEngine {
     try {
       // The load goes right behind the init: the worker starts fetching the
       // model while its module is being made (see early-ranges.ts).
-      const init = handle.request({ type: 'init', build: plan.build, wasmBaseUrl: plan.wasmBaseUrl, poolSize: plan.poolSize, cancelFlag });
+      const init = handle.request({ type: 'init', build: plan.build, wasmBaseUrl: plan.wasmBaseUrl, poolSize: plan.poolSize, words });
       const { id, reply } = handle.send<LoadResult>({
         type: 'load',
         ...('url' in source ? { url: source.url } : { bytes: source.bytes }),
@@ -281,7 +292,9 @@ export class SipLLM implements CompletionEngine {
       // A failed init fails the load too: the init's error is the one to report.
       reply.catch(() => {});
       await init;
-      return { handle, result: await reply };
+      const result = await reply;
+      handle.watch.probe = result.probe;
+      return { handle, result };
     } catch (error) {
       early?.dispose();
       await handle.terminate();
@@ -374,8 +387,8 @@ export class SipLLM implements CompletionEngine {
   }
 
   private cancel(handle: WorkerHandle, id: number): void {
-    if (this.cancelFlag !== null) Atomics.store(this.cancelFlag, 0, id);
-    if (isThreadedBuild(this.plan.build) || this.cancelFlag !== null) {
+    if (this.words !== null) Atomics.store(this.words, WorkerWords.cancelTarget, id);
+    if (isThreadedBuild(this.plan.build) || this.words !== null) {
       handle.post({ type: 'cancel', target: id });
       return;
     }
@@ -489,7 +502,7 @@ export class SipLLM implements CompletionEngine {
     const handle = await WorkerHandle.start();
     try {
       const wasmBaseUrl = resolveWasmBaseUrl(options.wasmBaseUrl);
-      await handle.request({ type: 'init', build: 'single', wasmBaseUrl, poolSize: 0, cancelFlag: null });
+      await handle.request({ type: 'init', build: 'single', wasmBaseUrl, poolSize: 0, words: null });
       return await use(handle, cache as CacheLocation);
     } finally {
       await handle.terminate();
@@ -521,13 +534,36 @@ export class SipLLM implements CompletionEngine {
     }
   }
 
+  // A stalled worker has been stopped (worker-handle.ts): the next request
+  // starts another and loads the model again, from the cache when it is on.
+  private watchForStalls(handle: WorkerHandle): void {
+    handle.watch.onStall = () => {
+      if (this.handle !== handle) return;
+      this.restartNeeded = this.restartSource !== null;
+      this.snapshot = { ...this.snapshot, lastGeneration: null };
+    };
+  }
+
+  /** @internal For the package's own tests: see TestHook in protocol.ts. */
+  async testHook(hook: TestHook): Promise<void> {
+    const handle = await this.liveHandle();
+    if (hook === 'block-worker') handle.post({ type: 'testHook', hook });
+    else await handle.request({ type: 'testHook', hook });
+  }
+
+  /** @internal For the package's own tests: what a stall would report now. */
+  stallDump(): StallDump {
+    return this.handle.dump();
+  }
+
   private async liveHandle(): Promise<WorkerHandle> {
     if (!this.restartNeeded && this.handle.alive) return this.handle;
     if (!this.restartNeeded || this.restartSource === null) {
       throw new SipLLMError('internal', 'the engine worker stopped; load the model again');
     }
-    const { handle, result } = await SipLLM.start({ ...this.plan, onProgress: undefined }, this.restartSource, this.cancelFlag);
+    const { handle, result } = await SipLLM.start({ ...this.plan, onProgress: undefined }, this.restartSource, this.words);
     this.handle = handle;
+    this.watchForStalls(handle);
     this.snapshot = result.stats;
     this.restartNeeded = false;
     return handle;

@@ -49,6 +49,13 @@ export interface LoadOptions extends EngineLoadOptions {
   // it (within one round of kernels) and starts.
   // Default: 500 in the threaded build, 0 (none) in the single-thread build.
   warmUpMs?: number;
+  // A request that shows no progress for this long (no token, no computation,
+  // no byte arriving; a busy engine says it is alive about every 250 ms) is
+  // stalled: it fails with EngineStalledError, which carries what each part
+  // of the worker was doing; the worker is stopped, and the next request loads
+  // the model again (from the cache when it is on). 0: never.
+  // Default: 120 000, or twice readTimeoutMs if that is longer.
+  stallTimeoutMs?: number;
   name?: string;               // a name for a model given as bytes, for messages
 }
 

@@ -2,7 +2,9 @@
 // Node worker thread), matches replies to requests, routes events.
 
 import { isNode, nodeImport } from './env.js';
-import { SipLLMError, errorFromKind } from './errors.js';
+import { EngineStalledError, SipLLMError, errorFromKind } from './errors.js';
+import { readEngineProbe, readWorkerWords } from './probe.js';
+import type { StallDump } from './probe.js';
 import type { LoadProgress } from './types.js';
 import type { Reply, Request } from './protocol.js';
 
@@ -10,6 +12,8 @@ type Distribute<T> = T extends unknown ? Omit<T, 'id'> : never;
 export type RequestBody = Distribute<Request>;
 
 interface Pending {
+  type: string;
+  sentAt: number;
   resolve(value: unknown): void;
   reject(error: Error): void;
   onProgress?: (progress: LoadProgress) => void;
@@ -21,6 +25,17 @@ interface WorkerLike {
   terminate(): unknown;
 }
 
+// How the page notices a worker that stopped moving: while a request waits
+// for its answer, every message from the worker (a token, a byte count, the
+// engine's 'alive' about every 250 ms of work) is a sign of life; none for
+// `timeoutMs` is a stall. The engine's words (probe.ts) say what it was doing.
+export interface Watch {
+  timeoutMs: number;  // 0: no watch
+  words: Int32Array | null;
+  probe: { memory: SharedArrayBuffer; address: number } | null;
+  onStall(error: EngineStalledError): void;
+}
+
 export class WorkerHandle {
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
@@ -28,6 +43,9 @@ export class WorkerHandle {
   private stopped: Error | null = null;
   readonly exited: Promise<void>;
   private markExited!: () => void;
+  readonly watch: Watch = { timeoutMs: 0, words: null, probe: null, onStall: () => {} };
+  private heardAt = 0;
+  private watchdog: ReturnType<typeof setInterval> | null = null;
 
   private constructor(private readonly worker: WorkerLike, private readonly ref: (held: boolean) => void) {
     this.exited = new Promise((resolve) => {
@@ -73,15 +91,19 @@ export class WorkerHandle {
     this.listeners.set(loadId, onProgress);
   }
 
-  send<T>(body: RequestBody, hooks: Omit<Pending, 'resolve' | 'reject'> = {}): { id: number; reply: Promise<T> } {
+  send<T>(body: RequestBody, hooks: Pick<Pending, 'onProgress' | 'onTokens'> = {}): { id: number; reply: Promise<T> } {
     const id = this.nextId++;
     const reply = new Promise<T>((resolve, reject) => {
       if (this.stopped !== null) {
         reject(this.stopped);
         return;
       }
-      this.pending.set(id, { resolve: resolve as (value: unknown) => void, reject, ...hooks });
-      if (this.pending.size === 1) this.ref(true);
+      this.pending.set(id, { ...hooks, type: body.type, sentAt: performance.now(), resolve: resolve as (value: unknown) => void, reject });
+      if (this.pending.size === 1) {
+        this.ref(true);
+        this.heardAt = performance.now();
+        this.startWatchdog();
+      }
       this.worker.postMessage({ ...body, id });
     });
     return { id, reply };
@@ -97,6 +119,8 @@ export class WorkerHandle {
   }
 
   private receive(reply: Reply): void {
+    this.heardAt = performance.now();
+    if (reply.type === 'alive') return;
     if (reply.type === 'progress') {
       this.pending.get(reply.id)?.onProgress?.(reply.progress);
       this.listeners.get(reply.id)?.(reply.progress);
@@ -109,17 +133,59 @@ export class WorkerHandle {
       return;
     }
     this.pending.delete(reply.id);
-    if (this.pending.size === 0) this.ref(false);
+    if (this.pending.size === 0) this.idle();
     if (reply.type === 'result') pending.resolve(reply.value);
     else pending.reject(errorFromKind(reply.kind, reply.message));
   }
 
-  private fail(message: string): void {
-    if (this.stopped !== null) return;
-    this.stopped = new SipLLMError('internal', message);
-    for (const pending of this.pending.values()) pending.reject(this.stopped);
-    this.pending.clear();
+  private idle(): void {
     this.ref(false);
+    if (this.watchdog !== null) clearInterval(this.watchdog);
+    this.watchdog = null;
+  }
+
+  private startWatchdog(): void {
+    const timeoutMs = this.watch.timeoutMs;
+    if (timeoutMs <= 0 || this.watchdog !== null) return;
+    this.watchdog = setInterval(() => this.checkProgress(), Math.min(1000, Math.max(50, timeoutMs / 4)));
+    // Node: the pending request holds the process open, not this timer.
+    (this.watchdog as { unref?: () => void }).unref?.();
+  }
+
+  private checkProgress(): void {
+    const silentMs = performance.now() - this.heardAt;
+    if (this.stopped !== null || this.pending.size === 0 || silentMs < this.watch.timeoutMs) return;
+    const dump = this.dump(silentMs);
+    const error = new EngineStalledError(`the engine made no progress for ${Math.round(silentMs / 1000)} s ` +
+                                         `(${describeStall(dump)}); its worker was stopped, and the next ` +
+                                         'request loads the model again', dump);
+    this.stop(error);
+    void this.worker.terminate();
+    this.watch.onStall(error);
+  }
+
+  // What the page knows, and what the shared words say when there are any.
+  dump(silentMs = performance.now() - this.heardAt): StallDump {
+    const now = performance.now();
+    const { words, probe } = this.watch;
+    return {
+      stalledForMs: Math.round(silentMs),
+      pending: [...this.pending].map(([id, p]) => ({ id, type: p.type, waitingMs: Math.round(now - p.sentAt) })),
+      worker: words !== null ? readWorkerWords(words) : null,
+      engine: probe !== null ? readEngineProbe(probe.memory, probe.address) : null,
+    };
+  }
+
+  private fail(message: string): void {
+    this.stop(new SipLLMError('internal', message));
+  }
+
+  private stop(error: SipLLMError): void {
+    if (this.stopped !== null) return;
+    this.stopped = error;
+    for (const pending of this.pending.values()) pending.reject(error);
+    this.pending.clear();
+    this.idle();
   }
 
   async terminate(): Promise<void> {
@@ -128,4 +194,19 @@ export class WorkerHandle {
     if (!isNode) this.markExited();
     await this.exited;
   }
+}
+
+// One line of what a stall dump says, for the error's message.
+function describeStall(dump: StallDump): string {
+  const parts = [`waiting: ${dump.pending.map((p) => `${p.type} #${p.id}`).join(', ') || 'nothing'}`];
+  if (dump.worker !== null) {
+    parts.push(dump.worker.request !== 0 ? `the worker runs ${dump.worker.requestType} #${dump.worker.request}` : 'the worker is between requests');
+  }
+  const e = dump.engine;
+  if (e !== null) {
+    parts.push(`the engine's ${e.job} job is ${e.jobState}${e.jobCancelled ? ' (cancelled)' : ''}`);
+    if (e.waitingForUnit >= 0) parts.push(`it waits for unit ${e.waitingForUnit}`);
+    if (e.httpInFlight > 0) parts.push(`${e.httpInFlight} range request(s) in flight`);
+  }
+  return parts.join('; ');
 }

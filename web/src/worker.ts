@@ -7,7 +7,8 @@ import { EarlyRanges } from './early-ranges.js';
 import { isNode, nodeImport } from './env.js';
 import { loadEngineModule } from './module-loader.js';
 import type { Answer, ByteProgress, EngineEvent, EngineModule, EngineSession, JobOutcome, LiveUnit, Registry } from './module-loader.js';
-import type { CacheLocation, EmbedRequest, EmbedResult, GenerateRequest, LoadRequest, Reply, Request } from './protocol.js';
+import type { CacheLocation, EmbedRequest, EmbedResult, GenerateRequest, LoadRequest, LoadResult, Reply, Request, TestHook } from './protocol.js';
+import { REQUEST_TYPES, WorkerWords } from './probe.js';
 import { splitPartUrls } from './split-names.js';
 import { DirectoryStore, OpfsStore } from './stores.js';
 import type { SyncStore } from './stores.js';
@@ -78,7 +79,8 @@ function webEndpoint(): Endpoint {
 class EngineWorker {
   private module: EngineModule | null = null;
   private build: Build = 'single';
-  private cancelFlag: Int32Array | null = null;
+  private words: Int32Array | null = null;  // WorkerWords, shared with the page
+  private queued = 0;
   private readonly registry: Registry;
 
   private session: EngineSession | null = null;
@@ -121,13 +123,26 @@ class EngineWorker {
       this.cancel(request.target);
       return;
     }
+    if (request.type === 'testHook') {
+      // At once, as a cancel: the hook is for what is queued or running.
+      void this.answer(request.id, async () => this.testHook(request.hook));
+      return;
+    }
     if (request.type === 'early-file' || request.type === 'early-blocks' || request.type === 'early-piece') {
       this.registry.early?.receive(request);
       return;
     }
-    if (request.type === 'init') this.build = request.build;
+    if (request.type === 'init') {
+      this.build = request.build;
+      this.words = request.words;
+    }
     if (request.type === 'load') this.fetchEarly(request);
+    this.show(WorkerWords.queued, ++this.queued);
     this.queue = this.queue.then(() => this.run(request));
+  }
+
+  private show(word: number, value: number): void {
+    if (this.words !== null) Atomics.store(this.words, word, value);
   }
 
   // A load arrives while the module is still being made (the page sends it
@@ -166,13 +181,22 @@ class EngineWorker {
       else this.session?.endWarmUp();
       await this.warming;
     }
+    this.show(WorkerWords.request, request.id);
+    this.show(WorkerWords.requestType, Math.max(0, REQUEST_TYPES.indexOf(request.type as (typeof REQUEST_TYPES)[number])));
+    await this.answer(request.id, () => this.dispatch(request));
+    this.show(WorkerWords.request, 0);
+    this.show(WorkerWords.requestType, 0);
+    this.show(WorkerWords.queued, --this.queued);
+  }
+
+  private async answer(id: number, work: () => Promise<unknown>): Promise<void> {
     try {
-      const value = await this.dispatch(request);
-      this.endpoint.post({ type: 'result', id: request.id, value });
+      const value = await work();
+      this.endpoint.post({ type: 'result', id, value });
     } catch (error) {
       const kind = error instanceof Failure ? error.kind : 'internal';
       const message = error instanceof Error ? error.message : String(error);
-      this.endpoint.post({ type: 'error', id: request.id, kind, message });
+      this.endpoint.post({ type: 'error', id, kind, message });
     }
   }
 
@@ -180,7 +204,7 @@ class EngineWorker {
     switch (request.type) {
       case 'init':
         this.build = request.build;
-        this.cancelFlag = request.cancelFlag;
+        this.words = request.words;
         this.module = await loadEngineModule(request.build, request.wasmBaseUrl, request.poolSize);
         this.module.sipllmRegistry = this.registry;
         this.moduleReadyAt = epochMs();
@@ -313,7 +337,11 @@ class EngineWorker {
       throw fail(outcome.error);
     }
     this.loadTimes = { calledAt: request.calledAt, workerStartedAt, moduleReadyAt: this.moduleReadyAt, headerReadAt: epochMs() };
-    const result = { info: unwrap(session.info()), stats: this.snapshot() };
+    // The memory as it is now holds the session's probe (it only grows).
+    const memory = module.sipllmHost.memory();
+    const probe = typeof SharedArrayBuffer !== 'undefined' && memory instanceof SharedArrayBuffer
+      ? { memory, address: session.probeAddress() } : null;
+    const result: LoadResult = { info: unwrap(session.info()), stats: this.snapshot(), probe };
     this.cacheKeeps = result.stats.cache.enabled;
     if (request.warmUpMs > 0) this.startWarmUp(session, request.id, request.warmUpMs);
     return result;
@@ -337,7 +365,7 @@ class EngineWorker {
   private async generate(request: GenerateRequest): Promise<unknown> {
     const session = this.open();
     this.tokensAtCancel = undefined;
-    if (this.cancelFlag !== null && Atomics.load(this.cancelFlag, 0) === request.id) {
+    if (this.words !== null && Atomics.load(this.words, WorkerWords.cancelTarget) === request.id) {
       throw new Failure('aborted', 'generation was aborted before it started');
     }
     const outcome = await this.runJob(request.id, () =>
@@ -363,6 +391,17 @@ class EngineWorker {
     if (!outcome.ok) throw fail(outcome.error);
     const { vectors, tokens } = outcome.embeddings as NonNullable<JobOutcome['embeddings']>;
     return { vectors, tokens, stats: this.snapshot() };
+  }
+
+  private testHook(hook: TestHook): null {
+    if (hook === 'block-worker') {
+      // For good: only terminate() ends it, as it would end a worker stuck
+      // for any other reason.
+      if (typeof SharedArrayBuffer !== 'undefined') Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0);
+      for (;;) { /* no shared memory to wait on */ }
+    }
+    unwrap(this.open().holdJobs(hook === 'hold-jobs'));
+    return null;
   }
 
   private cancel(target: number): void {
@@ -422,6 +461,10 @@ class EngineWorker {
       this.onProgress(data as ByteProgress);
       return;
     }
+    if (kind === 'alive') {
+      this.endpoint.post({ type: 'alive', id: this.job?.id ?? 0 });
+      return;
+    }
     const job = this.job;
     this.sendTokens(session);
     if (kind === 'done' && job !== null) {
@@ -432,7 +475,7 @@ class EngineWorker {
         outcome = { ok: false, error: { kind: 'internal', message: `the job's result could not be read: ${String(error)}` } };
       }
       job.resolve(outcome);
-    } else if (job !== null && this.cancelFlag !== null && Atomics.load(this.cancelFlag, 0) === job.id) {
+    } else if (job !== null && this.words !== null && Atomics.load(this.words, WorkerWords.cancelTarget) === job.id) {
       // The page cannot reach a busy single-thread worker by message.
       this.cancel(job.id);
     }

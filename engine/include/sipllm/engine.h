@@ -27,6 +27,8 @@
 
 namespace sipllm {
 
+struct EngineProbe;  // sipllm/engine_probe.h
+
 enum class LoaderMode {
   kSync,  // the compute thread reads each unit itself; one streamed unit in memory
   kRing,  // prefetch threads load the next units while the current computes
@@ -86,6 +88,9 @@ struct EngineOptions {
   // 0: the model's own. It also picks Phi-3's long or short rope factors, as
   // llama.cpp picks them by its context size.
   int context_length = 0;
+  // Kept current while the engine works (sipllm/engine_probe.h); owned by
+  // the caller, and must outlive the engine. nullptr: none.
+  EngineProbe* probe = nullptr;
 };
 
 struct SamplingOptions {

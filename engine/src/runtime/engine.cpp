@@ -61,13 +61,14 @@ class EngineImpl final : public Engine {
         options_(options),
         gguf_(GgufFile::parse(*source_)),
         model_(describe_model(gguf_, options.context_length)),
-        pool_(options.threads),
+        pool_(options.threads, options.probe),
         prefill_chunk_(fit_prefill_chunk(model_, options, pool_.size())),
         // The budget sets aside the working memory first: activations and
         // the KV cache's first page (which is allocated now). Made before
         // the tokenizer, so that a loader told to prefetch on open has its
         // requests out while the vocabulary is built.
-        loader_(*source_, model_, options.loader, working_bytes(model_, options, prefill_chunk_, pool_.size())),
+        loader_(*source_, model_, options.loader, working_bytes(model_, options, prefill_chunk_, pool_.size()),
+                options.probe),
         tokenizer_(Tokenizer::from_gguf(gguf_)),
         info_(describe(gguf_, model_, *tokenizer_)),
         transformer_(model_, loader_, pool_, prefill_chunk_),
@@ -167,6 +168,7 @@ class EngineImpl final : public Engine {
         break;
       }
       ++stats.generated_tokens;
+      if (options_.probe != nullptr) options_.probe->beat();
       context.push_back(token);
       const StopStrings::Result text = stops.push(decoder.push(token));
       if (!on_token(TokenEvent{token, text.emit})) {
@@ -331,6 +333,7 @@ class EngineImpl final : public Engine {
 
   void cancel() override {
     cancelled_ = true;
+    if (options_.probe != nullptr) options_.probe->cancelled.store(1);
     loader_.cancel();
   }
 
@@ -394,6 +397,7 @@ class EngineImpl final : public Engine {
 
   void begin_request() {
     cancelled_ = false;
+    if (options_.probe != nullptr) options_.probe->cancelled.store(0);
     loader_.clear_cancel();
     loader_.reset_counters();
   }

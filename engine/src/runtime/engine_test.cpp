@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "kernels/matmul.h"
+#include "sipllm/engine_probe.h"
 #include "test_support.h"
 
 namespace sipllm {
@@ -213,6 +214,36 @@ TEST(Engine, CancelFromAnotherThreadStopsGeneration) {
   EXPECT_EQ(seen, 3);
   // The next request runs normally.
   EXPECT_EQ(test::generate_text(*engine, "", test::greedy(10)).size() > 0, true);
+}
+
+TEST(Engine, ItsProbeShowsProgressAndWhatEachThreadDoes) {
+  EngineProbe probe;
+  EngineOptions options;
+  options.threads = 3;
+  options.probe = &probe;
+  auto engine = open_model("stories260K.gguf", options);
+  EXPECT_EQ(probe.pool_threads.load(), 3);
+  EXPECT_EQ(probe.pool[3].value.load(), EngineProbe::kAbsent);
+  uint32_t beats = probe.beats.load();
+  int tokens = 0;
+  const GenerationStats stats = engine->generate_tokens({1}, test::greedy(20), [&](const TokenEvent&) {
+    // The caller is inside the request; each token has moved the count on.
+    EXPECT_GT(probe.beats.load(), beats);
+    beats = probe.beats.load();
+    EXPECT_EQ(probe.waiting_for_unit.load(), -1);  // the units are resident
+    if (++tokens == 5) engine->cancel();
+    return true;
+  });
+  EXPECT_EQ(stats.stop_reason, StopReason::kCancelled);
+  EXPECT_EQ(probe.cancelled.load(), 1);
+  EXPECT_EQ(probe.pool[0].value.load(), EngineProbe::kIdle);
+  for (int i = 1; i < 3; ++i) {
+    const int32_t state = probe.pool[i].value.load();
+    EXPECT_TRUE(state == EngineProbe::kSpinning || state == EngineProbe::kParked) << i << ": " << state;
+  }
+  // The next request starts uncancelled.
+  test::generate_text(*engine, "", test::greedy(2));
+  EXPECT_EQ(probe.cancelled.load(), 0);
 }
 
 TEST(Engine, InfoDescribesTheModel) {

@@ -274,8 +274,9 @@ bool LayerLoader::any_streamed() const {
 }
 
 LayerLoader::LayerLoader(WeightSource& source, const ModelDescription& model,
-                         const LoaderOptions& options, uint64_t working_bytes)
+                         const LoaderOptions& options, uint64_t working_bytes, EngineProbe* probe)
     : source_(source),
+      probe_(probe),
       model_(model),
       mode_(options.mode),
       budget_(options.memory_budget),
@@ -546,6 +547,7 @@ void LayerLoader::worker_loop() {
     slot->unit = unit;
     const uint64_t generation = generation_;
     lock.unlock();
+    if (probe_ != nullptr) probe_->units_loading.fetch_add(1);
 
     std::string error;
     ErrorKind kind = ErrorKind::kIo;
@@ -558,6 +560,10 @@ void LayerLoader::worker_loop() {
       error = plans_[static_cast<size_t>(unit)].name + ": " + e.what();
     }
 
+    if (probe_ != nullptr) {
+      probe_->units_loading.fetch_sub(1);
+      probe_->beat();
+    }
     lock.lock();
     if (generation != generation_) {
       slot->state = SlotState::kFree;  // reset() happened meanwhile: discard
@@ -632,12 +638,14 @@ const UnitWeights& LayerLoader::acquire(int unit) {
     lock.lock();
     mark_loaded(unit, *slot);
   } else if (!hit) {
+    if (probe_ != nullptr) probe_->waiting_for_unit.store(unit);
     changed_.wait(lock, [&] {
       if (cancelled_) return true;
       slot = plan.resident ? resident_[static_cast<size_t>(unit)].get() : find_slot(unit);
       return slot != nullptr &&
              (slot->state == SlotState::kReady || slot->state == SlotState::kFailed);
     });
+    if (probe_ != nullptr) probe_->waiting_for_unit.store(-1);
     if (cancelled_) {
       in_use_ = -1;
       throw Error(ErrorKind::kAborted, "cancelled while waiting for " + plan.name);

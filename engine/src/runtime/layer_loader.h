@@ -30,6 +30,8 @@
 #include <thread>
 #include <vector>
 
+#include "sipllm/engine_probe.h"
+
 #include "model/model_description.h"
 #include "runtime/recent_rows.h"
 #include "model/unit_weights.h"
@@ -44,8 +46,10 @@ class LayerLoader {
   // memory (activations, the KV cache's first page), which are set aside
   // first. Throws Error(kOutOfBudget) naming the size needed when a non-zero
   // budget cannot hold one unit beside them.
+  // The probe, when given, is told which unit the compute thread waits for
+  // and of every load.
   LayerLoader(WeightSource& source, const ModelDescription& model, const LoaderOptions& options,
-              uint64_t working_bytes = 0);
+              uint64_t working_bytes = 0, EngineProbe* probe = nullptr);
   ~LayerLoader();
   LayerLoader(const LayerLoader&) = delete;
   LayerLoader& operator=(const LayerLoader&) = delete;
@@ -174,6 +178,7 @@ class LayerLoader {
   void ensure_capacity(Buffer& buffer, size_t bytes);
 
   WeightSource& source_;
+  EngineProbe* const probe_;
   const ModelDescription& model_;
   const LoaderMode mode_;
   const uint64_t budget_;

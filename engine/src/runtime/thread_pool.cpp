@@ -29,8 +29,10 @@ inline void cpu_relax() {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int threads) {
+ThreadPool::ThreadPool(int threads, EngineProbe* probe) : probe_(probe) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (probe_ != nullptr) probe_->pool_threads.store(threads);
+  show(0, EngineProbe::kIdle);
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
@@ -53,6 +55,7 @@ void ThreadPool::run_chunks(int index) {
 }
 
 void ThreadPool::parallel_for(size_t n, size_t grain, const RangeFn& fn) {
+  if (probe_ != nullptr) probe_->beat();
   if (n == 0) return;
   grain = std::max<size_t>(grain, 1);
   const size_t chunks = (n + grain - 1) / grain;
@@ -80,10 +83,12 @@ void ThreadPool::parallel_for(size_t n, size_t grain, const RangeFn& fn) {
     { std::lock_guard<std::mutex> lock(park_mutex_); }
     park_.notify_all();
   }
+  show(0, EngineProbe::kWorking);
   run_chunks(0);
   // No chunk is left to claim: close the loop to latecomers, then wait for
   // the workers still finishing theirs.
   open_loop_.store(0);
+  show(0, EngineProbe::kWaitingForWorkers);
   const auto start = std::chrono::steady_clock::now();
   for (int spins = 1; joined_.load(std::memory_order_acquire) != 0; ++spins) {
     cpu_relax();
@@ -100,6 +105,7 @@ void ThreadPool::parallel_for(size_t n, size_t grain, const RangeFn& fn) {
     }
   }
   fn_ = nullptr;
+  show(0, EngineProbe::kIdle);
   add_loop_time(loop_start, start, std::chrono::steady_clock::now());
 }
 
@@ -110,7 +116,8 @@ void ThreadPool::add_loop_time(Clock::time_point start, Clock::time_point own_ch
   time_.wait_ms += std::chrono::duration<double, std::milli>(end - own_chunks_done).count();
 }
 
-bool ThreadPool::wait_for_loop(uint64_t seen, uint64_t* loop) {
+bool ThreadPool::wait_for_loop(int index, uint64_t seen, uint64_t* loop) {
+  show(index, EngineProbe::kSpinning);
   const auto start = std::chrono::steady_clock::now();
   for (int spins = 1;; ++spins) {
     const uint64_t latest = loops_.load(std::memory_order_acquire);
@@ -126,6 +133,7 @@ bool ThreadPool::wait_for_loop(uint64_t seen, uint64_t* loop) {
       if (spun > kSpinBeforeYielding) std::this_thread::yield();
     }
   }
+  show(index, EngineProbe::kParked);
   std::unique_lock<std::mutex> lock(park_mutex_);
   parked_.fetch_add(1);
   // parked_ is raised before loops_ is checked, and parallel_for raises
@@ -140,17 +148,19 @@ bool ThreadPool::wait_for_loop(uint64_t seen, uint64_t* loop) {
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   uint64_t loop = 0;
-  while (wait_for_loop(seen, &loop)) {
+  while (wait_for_loop(index, seen, &loop)) {
     seen = loop;
     // Join, then check the loop is still open: if it is, the caller cannot
     // finish before this worker leaves; if not, nothing of it is touched.
     joined_.fetch_add(1);
+    show(index, EngineProbe::kWorking);
     if (open_loop_.load() == loop) run_chunks(index);
     if (joined_.fetch_sub(1) == 1 && caller_waiting_.load()) {
       { std::lock_guard<std::mutex> lock(park_mutex_); }
       finished_.notify_one();
     }
   }
+  show(index, EngineProbe::kAbsent);
 }
 
 }  // namespace sipllm

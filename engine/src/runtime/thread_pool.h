@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "sipllm/engine.h"
+#include "sipllm/engine_probe.h"
 
 namespace sipllm {
 
@@ -31,8 +32,9 @@ class ThreadPool {
  public:
   using RangeFn = std::function<void(size_t begin, size_t end, int thread_index)>;
 
-  // threads <= 0 means one per hardware thread.
-  explicit ThreadPool(int threads);
+  // threads <= 0 means one per hardware thread. The probe, when given, is
+  // told of every loop and of what each thread is doing.
+  explicit ThreadPool(int threads, EngineProbe* probe = nullptr);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -58,10 +60,15 @@ class ThreadPool {
   // Claims and runs chunks of the current loop until none are left.
   void run_chunks(int index);
   // Waits for a loop newer than `seen`; false when the pool is stopping.
-  bool wait_for_loop(uint64_t seen, uint64_t* loop);
+  bool wait_for_loop(int index, uint64_t seen, uint64_t* loop);
   using Clock = std::chrono::steady_clock;
   void add_loop_time(Clock::time_point start, Clock::time_point own_chunks_done, Clock::time_point end);
 
+  void show(int index, EngineProbe::PoolThread state) {
+    if (probe_ != nullptr) probe_->set_pool_thread(index, state);
+  }
+
+  EngineProbe* const probe_;
   std::vector<std::thread> workers_;
   ParallelTime time_;  // written by the calling thread alone
 
