@@ -11,6 +11,8 @@
 #   targets: gguf tokenizer range_response page_cache sampler (default: all)
 #   FUZZ_MERGE=1  afterwards, merge the inputs that found new coverage into
 #                 tests/fuzz/corpus/TARGET (for a long run whose corpus is kept)
+#   FUZZ_RUNS=N   stop each target after N executions instead (SECONDS still
+#                 bounds it; 0 seconds: no bound)
 #
 # An input that crashes, leaks, trips a sanitizer or a check, or runs over a
 # second is written to build/asan/fuzz/artifacts/TARGET/; the script goes on
@@ -57,19 +59,23 @@ for target in $targets; do
   dict=""
   [ -f "tests/fuzz/dict/$target.dict" ] && dict="-dict=tests/fuzz/dict/$target.dict"
   status=0
+  runs_limit=""
+  [ -n "${FUZZ_RUNS:-}" ] && runs_limit="-runs=$FUZZ_RUNS"
   # New inputs go to build/asan/fuzz/found/TARGET; the corpus and regressions are only read.
   # shellcheck disable=SC2086
-  "$program" -max_total_time="$seconds" -timeout=1 -rss_limit_mb=2048 -max_len="$(max_len "$target")" \
+  "$program" -max_total_time="$seconds" $runs_limit -timeout=1 -rss_limit_mb=2048 -max_len="$(max_len "$target")" \
     -detect_leaks=1 -print_final_stats=1 -artifact_prefix="$artifacts/" $dict \
     "$found" "tests/fuzz/corpus/$target" "tests/fuzz/regressions/$target" > "$log" 2>&1 || status=$?
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
   time=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log" | tail -n 1)
+  # The last status line: edges of the code covered (cov), features (ft), corpus size.
+  coverage=$(grep -E '^#[0-9]+' "$log" | tail -n 1 | sed -n 's/.*\(cov: [0-9]* ft: [0-9]* corp: [0-9]*\).*/\1/p')
   if [ "$status" -ne 0 ]; then
     failed="$failed $target"
     echo "  FAILED (exit $status):"
     grep -E 'ERROR|SUMMARY|fuzz check failed|Test unit written|runtime error' "$log" | head -n 20 | sed 's/^/    /'
   fi
-  summary="$summary$target ${runs:-?} executions in ${time:-?}s, exit $status
+  summary="$summary$target ${runs:-?} executions in ${time:-?}s, ${coverage:-cov: ?}, exit $status
 "
   if [ "${FUZZ_MERGE:-0}" = 1 ] && [ "$status" -eq 0 ]; then
     "$program" -merge=1 -timeout=1 -rss_limit_mb=2048 -max_len="$(max_len "$target")" \

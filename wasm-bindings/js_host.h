@@ -20,6 +20,11 @@
 //
 // The main runtime thread never runs engine work (see session.h), so proxied
 // calls are answered at once rather than when the computation next waits.
+// It does read the engine's state (stats, the units, a cancel), and while it
+// waits for a lock it answers nothing (in a worker, Emscripten's wait is a
+// real Atomics.wait): so no engine thread may hold a lock the main runtime
+// thread takes while it waits for one of these calls (PageCache's mutex was
+// one; page_cache_test.cpp ItsStateCanBeReadWhileAStoreCallWaits).
 #pragma once
 
 #include <atomic>
