@@ -61,3 +61,9 @@ step "install tests" scripts/test-install.sh
 # (demo/e2e/fault-matrix.spec.ts). The whole matrix, every fault with every
 # client: node scripts/fault-matrix.mjs.
 step "demo suite" npm test --workspace demo
+
+# A short soak (see README): a seeded mix of requests on four models at once,
+# under Node and in Chromium's threaded and relaxed builds, each request with
+# a deadline. A stall, a text other than the native CLI's or an unexpected
+# error fails the run; the reports are in build/soak/.
+step soak npm run soak -- --requests 300 --deadline-ms 60000

@@ -24,6 +24,7 @@ constexpr double kAlivePeriodMs = 250;
 static_assert(offsetof(SessionProbe, job) == 0 && offsetof(SessionProbe, job_state) == 4 &&
                   offsetof(SessionProbe, job_cancelled) == 8 && offsetof(SessionProbe, session_id) == 12 &&
                   offsetof(SessionProbe, http) == 16 && offsetof(TransportProbe, arrivals) == 4 &&
+                  offsetof(SessionProbe, jobs_done) == 24 &&
                   offsetof(SessionProbe, engine) == 64,
               "web/src/probe.ts reads the session's words at these offsets");
 static_assert(offsetof(EngineProbe, beats) == 0 && offsetof(EngineProbe, cancelled) == 4 &&
@@ -317,6 +318,7 @@ void Session::start_job(SessionProbe::Job kind, std::function<void(JobResult&)> 
     probe_.job_state = SessionProbe::kIdle;
     probe_.job = SessionProbe::kNoJob;
     busy_ = false;
+    probe_.jobs_done.fetch_add(1);
     post_job_done(id_);
   });
 }

@@ -50,6 +50,7 @@ struct SessionProbe {
   std::atomic<int32_t> job_cancelled{0};
   std::atomic<int32_t> session_id{0};
   TransportProbe http;
+  std::atomic<int32_t> jobs_done{0};  // "done" events posted (the worker counts those it handled)
   EngineProbe engine;
 };
 

@@ -14,7 +14,9 @@ export const WorkerWords = {
   request: 1,      // id of the request the worker is running, 0 when none
   requestType: 2,  // its type, as an index into REQUEST_TYPES
   queued: 3,       // requests received and not yet answered
-  count: 4,
+  tick: 4,         // when the worker's thread last ran its job poll (ms since the epoch, mod 2^31)
+  jobsSeen: 5,     // the engine's "done" events the worker has handled
+  count: 6,
 } as const;
 
 // Request types by index, for WorkerWords.requestType.
@@ -24,7 +26,7 @@ export const REQUEST_TYPES = [
 ] as const;
 
 // Offsets in bytes, as static_asserts in session.cpp fix them.
-const SESSION = { job: 0, jobState: 4, jobCancelled: 8, sessionId: 12, httpInFlight: 16, httpArrivals: 20, engine: 64 };
+const SESSION = { job: 0, jobState: 4, jobCancelled: 8, sessionId: 12, httpInFlight: 16, httpArrivals: 20, jobsDone: 24, engine: 64 };
 const ENGINE = { beats: 0, cancelled: 4, waitingForUnit: 8, unitsLoading: 12, poolThreads: 16, pool: 64, poolStride: 64, maxPool: 16 };
 const JOBS = ['none', 'open', 'generate', 'embed', 'warm-up', 'close'];
 const JOB_STATES = ['idle', 'queued', 'running', 'held'];
@@ -41,13 +43,18 @@ export interface EngineProbeView {
   unitsLoading: number;     // loads under way in the loader's threads
   httpInFlight: number;     // range requests awaiting their answer
   httpArrivals: number;     // pieces of response bodies arrived
+  jobsDone: number;         // jobs ended, each with a "done" event for the worker
   poolThreads: string[];    // per compute thread: idle, working, spinning, parked, waiting-for-workers
 }
 
 export interface StallDump {
   stalledForMs: number;     // since the worker last showed progress
   pending: { id: number; type: string; waitingMs: number }[];  // the page's requests without an answer
-  worker: { request: number; requestType: string; queued: number } | null;  // null: no shared memory
+  // null: no shared memory. sinceTickMs: since the worker's thread last ran
+  // its job poll (every 100 ms while a job runs): a large value while a job
+  // runs means the thread itself is blocked. jobsSeen below the engine's
+  // jobsDone: a "done" event the worker never handled.
+  worker: { request: number; requestType: string; queued: number; sinceTickMs: number; jobsSeen: number } | null;
   engine: EngineProbeView | null;  // null: no shared memory, or no model open
 }
 
@@ -71,14 +78,25 @@ export function readEngineProbe(memory: SharedArrayBuffer, address: number): Eng
     unitsLoading: engine(ENGINE.unitsLoading),
     httpInFlight: word(SESSION.httpInFlight),
     httpArrivals: word(SESSION.httpArrivals),
+    jobsDone: word(SESSION.jobsDone),
     poolThreads: pool,
   };
 }
 
+const TICK_MODULUS = 2 ** 31;
+
+// The worker's clock word: ms since the epoch, kept in an Int32.
+export function tickNow(): number {
+  return Math.floor(performance.timeOrigin + performance.now()) % TICK_MODULUS;
+}
+
 export function readWorkerWords(words: Int32Array): StallDump['worker'] {
+  const tick = Atomics.load(words, WorkerWords.tick);
   return {
     request: Atomics.load(words, WorkerWords.request),
     requestType: REQUEST_TYPES[Atomics.load(words, WorkerWords.requestType)] ?? 'unknown',
     queued: Atomics.load(words, WorkerWords.queued),
+    sinceTickMs: tick === 0 ? -1 : (tickNow() - tick + TICK_MODULUS) % TICK_MODULUS,
+    jobsSeen: Atomics.load(words, WorkerWords.jobsSeen),
   };
 }

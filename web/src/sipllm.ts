@@ -11,7 +11,7 @@
 import { renderChatTemplate } from './chat.js';
 import { DEFAULT_READ_TIMEOUT_MS, EarlyFetch } from './early-ranges.js';
 import { canShareMemory, hasRelaxedSimd, isNode, isThreadedBuild, nodeImport } from './env.js';
-import { AbortError, InvalidArgumentError, SipLLMError, UnsupportedError } from './errors.js';
+import { AbortError, EngineStalledError, InvalidArgumentError, SipLLMError, UnsupportedError } from './errors.js';
 import { ENGINE_LOAD_OPTION_KEYS, NON_NEGATIVE_LOAD_OPTION_KEYS } from './bridge.generated.js';
 import type { EngineLoadOptions } from './bridge.generated.js';
 import { ChatCompletions, Completions, Embeddings } from './openai.js';
@@ -379,8 +379,11 @@ export class SipLLM implements CompletionEngine {
     } finally {
       signal?.removeEventListener('abort', onAbort);
       // Left early (break, return, throw): stop the engine, wait until it has.
+      // A stall is said even so: the caller's loop exit throws it.
       if (!consumed && !signal?.aborted) this.cancel(handle, id);
-      await reply.catch(() => undefined);
+      await reply.catch((error: unknown) => {
+        if (error instanceof EngineStalledError) throw error;
+      });
     }
     if (signal?.aborted) throw abortError(signal, 'generation');
     return (await reply).generation;

@@ -199,12 +199,15 @@ export class WorkerHandle {
 // One line of what a stall dump says, for the error's message.
 function describeStall(dump: StallDump): string {
   const parts = [`waiting: ${dump.pending.map((p) => `${p.type} #${p.id}`).join(', ') || 'nothing'}`];
-  if (dump.worker !== null) {
-    parts.push(dump.worker.request !== 0 ? `the worker runs ${dump.worker.requestType} #${dump.worker.request}` : 'the worker is between requests');
+  const w = dump.worker;
+  if (w !== null) {
+    parts.push(w.request !== 0 ? `the worker runs ${w.requestType} #${w.request}` : 'the worker is between requests');
+    if (w.request !== 0 && w.sinceTickMs > 1000) parts.push(`its thread has not run for ${Math.round(w.sinceTickMs / 1000)} s`);
   }
   const e = dump.engine;
   if (e !== null) {
     parts.push(`the engine's ${e.job} job is ${e.jobState}${e.jobCancelled ? ' (cancelled)' : ''}`);
+    if (w !== null && w.jobsSeen < e.jobsDone) parts.push(`${e.jobsDone - w.jobsSeen} job end(s) not seen by the worker`);
     if (e.waitingForUnit >= 0) parts.push(`it waits for unit ${e.waitingForUnit}`);
     if (e.httpInFlight > 0) parts.push(`${e.httpInFlight} range request(s) in flight`);
   }

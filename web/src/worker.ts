@@ -8,7 +8,7 @@ import { isNode, nodeImport } from './env.js';
 import { loadEngineModule } from './module-loader.js';
 import type { Answer, ByteProgress, EngineEvent, EngineModule, EngineSession, JobOutcome, LiveUnit, Registry } from './module-loader.js';
 import type { CacheLocation, EmbedRequest, EmbedResult, GenerateRequest, LoadRequest, LoadResult, Reply, Request, TestHook } from './protocol.js';
-import { REQUEST_TYPES, WorkerWords } from './probe.js';
+import { REQUEST_TYPES, WorkerWords, tickNow } from './probe.js';
 import { splitPartUrls } from './split-names.js';
 import { DirectoryStore, OpfsStore } from './stores.js';
 import type { SyncStore } from './stores.js';
@@ -278,6 +278,7 @@ class EngineWorker {
     this.updateUnits();
     const module = this.engine();
     const poll = setInterval(() => {
+      this.show(WorkerWords.tick, tickNow());
       module.runQueuedCalls();
       this.updateUnits();
     }, UNIT_POLL_MS);
@@ -461,12 +462,10 @@ class EngineWorker {
       this.onProgress(data as ByteProgress);
       return;
     }
-    if (kind === 'alive') {
-      this.endpoint.post({ type: 'alive', id: this.job?.id ?? 0 });
-      return;
-    }
     const job = this.job;
-    this.sendTokens(session);
+    if (kind === 'alive') this.endpoint.post({ type: 'alive', id: job?.id ?? 0 });
+    else this.sendTokens(session);
+    if (kind === 'done' && this.words !== null) Atomics.add(this.words, WorkerWords.jobsSeen, 1);
     if (kind === 'done' && job !== null) {
       let outcome: JobOutcome;
       try {
@@ -476,7 +475,9 @@ class EngineWorker {
       }
       job.resolve(outcome);
     } else if (job !== null && this.words !== null && Atomics.load(this.words, WorkerWords.cancelTarget) === job.id) {
-      // The page cannot reach a busy single-thread worker by message.
+      // The page cannot reach a busy single-thread worker by message: it
+      // looks at every event, the engine's 'alive' too (about every 250 ms
+      // of work, in a long prompt as well).
       this.cancel(job.id);
     }
   }

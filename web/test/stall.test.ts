@@ -59,6 +59,9 @@ describe('a stalled engine', () => {
           expect(dump.worker!.requestType).toBe('generate');
           expect(dump.engine!.job).toBe('generate');
           expect(dump.engine!.jobState).toBe('held');
+          // Every job that ended was seen to end by the worker.
+          expect(dump.worker!.jobsSeen).toBe(dump.engine!.jobsDone);
+          expect(dump.engine!.jobsDone).toBeGreaterThan(0);
           expect((error as Error).message).toContain("the engine's generate job is held");
         } else {
           // The worker never took the request up (its thread never came
