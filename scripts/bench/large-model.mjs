@@ -211,10 +211,16 @@ async function benchModel(o, servers, model, budget) {
     const loads = [];
     for (let i = 0; i < 2; ++i) {
       servers.model.reset();
+      const startMs = Date.now();
       const result = await evaluate(o, page, 'benchBudgeted', config, `load ${i + 1} of ${model.shape}`);
       if (result.error) throw new Error(`load ${i + 1}: ${result.error}`);
-      const networkBytes = servers.model.stats.log.reduce((sum, e) => sum + e.bytes, 0);
-      loads.push({ ...loadFigures(result, o.genTokens, networkBytes), peakTabBytes: rendererMemoryBytes(), raw: result });
+      const { log } = servers.model.stats;
+      const networkBytes = log.reduce((sum, e) => sum + e.bytes, 0);
+      // A load from the cache keeps its requests, so that the check names them.
+      const requests = i === 0 ? undefined : log.map(({ url, range, status, bytes, startMs: at }) => ({
+        url, range, status, bytes, afterMs: Math.round(at - startMs),
+      }));
+      loads.push({ ...loadFigures(result, o.genTokens, networkBytes), peakTabBytes: rendererMemoryBytes(), raw: result, requests });
     }
     return { shape: model.shape, parts: model.parts, bytes, memoryBudget, opfs, loads, pageBytes, browserVersion };
   });
@@ -288,6 +294,16 @@ async function benchDemo(o, demoUrl, servers, model, budgetGb) {
   }, ready);
 }
 
+// A load's requests as "FILE bytes=A-B (pages P-Q of 1 MiB) at +T ms", one a line.
+function describeRequests(requests = []) {
+  const page = 1 << 20;
+  return requests.map(({ url, range, status, bytes, afterMs }) => {
+    const m = /^bytes=(\d+)-(\d+)$/.exec(range ?? '');
+    const pages = m === null ? '' : ` (pages ${Math.floor(Number(m[1]) / page)}-${Math.floor(Number(m[2]) / page)})`;
+    return `\n      ${basename(url)} ${range ?? 'whole'}${pages}: ${status}, ${bytes} bytes, at +${afterMs} ms`;
+  }).join('');
+}
+
 function report(o, results, wllama, demo) {
   const lines = [];
   const budgetText = (r) => (r.memoryBudget === null ? 'none' : `${fmt(r.memoryBudget / GB, 2)} GB`);
@@ -316,7 +332,9 @@ function report(o, results, wllama, demo) {
       if (r.memoryBudget !== null && l.peakTabBytes > r.memoryBudget + o.overheadMb * MB) {
         failures.push(`${where}: the tab peaked at ${fmt(l.peakTabBytes / MB)} MB, over the budget + ${o.overheadMb} MB`);
       }
-      if (i > 0 && l.networkBytes !== 0) failures.push(`${where}: ${l.networkBytes} bytes came over the network, not from OPFS`);
+      if (i > 0 && l.networkBytes !== 0) {
+        failures.push(`${where}: ${l.networkBytes} bytes came over the network, not from OPFS: ${describeRequests(l.requests)}`);
+      }
     });
   }
   if (demo) {

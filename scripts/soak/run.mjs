@@ -108,10 +108,9 @@ function parseOptions(argv) {
   for (const k of o.kinds) if (!(k in KINDS)) throw new Error(`--kinds: unknown kind '${k}' (see --help)`);
   if (o.kinds.length === 0) throw new Error('--kinds needs at least one kind');
   if (o.requests === null && o.minutes === null) o.requests = 300;
-  // The package's watchdog after the deadline: a stream left early whose
-  // cancel the engine never answers ends quietly once the watchdog stops the
-  // worker (the stream's end waits for that answer and drops its error), so
-  // only the deadline sees such a stall, and the dump must be read live.
+  // The package's watchdog after the deadline: the deadline sees a stall
+  // first and its report reads the engine's dump while the stalled worker
+  // still exists; the watchdog then stops it, and the model goes on.
   o.stallTimeoutMs ??= o.deadlineMs + 30_000;
   o.out = resolve(o.out ?? join(repoRoot, `build/soak/summary-${o.where}.json`));
   return o;
