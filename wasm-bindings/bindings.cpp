@@ -15,6 +15,7 @@
 //   s.close() -> the 'closed' event once the model is freed; then s.delete()
 //   s.probeAddress() -> where the session's probe is in the memory (web/src/probe.ts)
 //   s.holdJobs(held) -> a test's hook: no job starts while held (threaded builds)
+//   s.holdEngineLock(ms) -> a test's hook: this thread holds the engine's lock, waiting
 //   a busy engine also sends 'alive' events, about every 250 ms
 //   Module.listCachedModels(storeId), Module.deleteCachedModel(storeId, url)
 //   Module.jsonSchemaToGrammar(schemaText), Module.jsonObjectGrammar() -> GBNF text
@@ -450,6 +451,9 @@ val hold_jobs(Session& s, bool held) {
   });
 }
 
+// A test's hook: see Session::hold_engine_lock.
+void hold_engine_lock(Session& s, double milliseconds) { s.hold_engine_lock(milliseconds); }
+
 int cancel(Session& s) { return s.cancel(); }
 void end_warm_up(Session& s) { s.end_warm_up(); }
 void close(Session& s) { s.close(); }
@@ -515,7 +519,8 @@ EMSCRIPTEN_BINDINGS(sipllm) {
       .function("stats", &stats)
       .function("close", &close)
       .function("probeAddress", &probe_address)
-      .function("holdJobs", &hold_jobs);
+      .function("holdJobs", &hold_jobs)
+      .function("holdEngineLock", &hold_engine_lock);
   emscripten::function("listCachedModels", &list_cached_models_js);
   emscripten::function("deleteCachedModel", &delete_cached_model_js);
   emscripten::function("jsonSchemaToGrammar", &json_schema_to_grammar_js);

@@ -425,12 +425,25 @@ Module['sipllmHost'] = (function () {
         console.error('sipllm: releasing byte buffer ' + id + ' failed: ' + describeError(error));
       }
     },
+    // Threaded builds: an event is handled once the JavaScript running now
+    // has returned, never inside it. This thread runs queued calls whenever
+    // it waits for a lock (Emscripten's mutex wait), so an event would
+    // otherwise run inside a call into the engine that holds a lock, and a
+    // handler that called the engine in turn (a cancel, the units' states)
+    // would wait for that lock forever: the worker's thread, and with it
+    // every request and range of the engine, stopped. The single-thread
+    // build runs its jobs inside the call that started them: its events are
+    // the only moments its page can act, so they are handled at once.
     event: function (sessionId, kind, data) {
-      try {
-        registry().onEvent(sessionId, kind, data);
-      } catch (error) {
-        console.error('sipllm: the ' + kind + ' event handler failed: ' + describeError(error));
-      }
+      var handle = function () {
+        try {
+          registry().onEvent(sessionId, kind, data);
+        } catch (error) {
+          console.error('sipllm: the ' + kind + ' event handler failed: ' + describeError(error));
+        }
+      };
+      if (Module['threaded']) queueMicrotask(handle);
+      else handle();
     },
   };
 })();

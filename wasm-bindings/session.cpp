@@ -272,6 +272,13 @@ void Session::pulse(void* context) {
 
 void Session::hold_jobs(bool held) { jobs_.hold(held, &probe_.job_state); }
 
+void Session::hold_engine_lock(double milliseconds) {
+  std::lock_guard<std::mutex> lock(engine_mutex_);
+  std::atomic<int32_t> never{0};
+  const double end = emscripten_get_now() + milliseconds;
+  while (emscripten_get_now() < end) emscripten_futex_wait(&never, 0, 1);
+}
+
 Session::~Session() {
   cancel();
   if (transport_ != nullptr) transport_->abort();

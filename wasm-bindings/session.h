@@ -145,6 +145,10 @@ class Session {
   // For tests of the page's watchdog and of forced interleavings: while
   // held, the job thread starts no job (the threaded build only).
   void hold_jobs(bool held);
+  // For a test of forced interleavings: the calling thread holds the lock
+  // that guards the engine for `milliseconds`, waiting meanwhile as a thread
+  // waits for a contended lock (the main runtime thread runs queued calls).
+  void hold_engine_lock(double milliseconds);
 
   // Jobs. Each throws Error(kInvalidArgument) when a job is still running.
   void open_url(const std::string& url, const OpenOptions& options);

@@ -35,6 +35,7 @@ export interface EngineSession {
   delete(): void;
   probeAddress(): number;  // where its probe lies in the memory (probe.ts)
   holdJobs(held: boolean): Answer<undefined>;  // a test's hook (threaded builds)
+  holdEngineLock(milliseconds: number): void;  // a test's hook (Session::hold_engine_lock)
 }
 
 // How a job ended (Session::take_result): a generation's statistics, or an

@@ -28,9 +28,12 @@ export interface InitRequest {
 }
 
 // Hooks for tests of the watchdog and of forced interleavings: the engine's
-// job thread holds its next job until released (threaded builds), or the
-// worker's own thread blocks for good.
-export type TestHook = 'hold-jobs' | 'release-jobs' | 'block-worker';
+// job thread holds its next job until released (threaded builds); the
+// worker's own thread blocks for good; or, while a job runs, the worker
+// marks it cancelled in the shared words (as the page does) and then holds
+// the engine's lock for 300 ms, waiting as for a contended lock, while the
+// job's events arrive.
+export type TestHook = 'hold-jobs' | 'release-jobs' | 'block-worker' | 'contend-engine-lock';
 
 export interface LoadRequest {
   type: 'load';

@@ -401,6 +401,11 @@ class EngineWorker {
       if (typeof SharedArrayBuffer !== 'undefined') Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0);
       for (;;) { /* no shared memory to wait on */ }
     }
+    if (hook === 'contend-engine-lock') {
+      if (this.words !== null && this.job !== null) Atomics.store(this.words, WorkerWords.cancelTarget, this.job.id);
+      this.open().holdEngineLock(300);
+      return null;
+    }
     unwrap(this.open().holdJobs(hook === 'hold-jobs'));
     return null;
   }

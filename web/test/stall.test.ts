@@ -2,13 +2,15 @@
 // with what each part of it was doing, stopped, and replaced on the next
 // request, with the persistent cache intact. The stalls are injected (a test
 // hook holds the engine's job thread, or blocks the worker's own thread for
-// good). And a forced interleaving: a cancel that reaches the engine's job
-// before the engine has started it.
+// good). And two forced interleavings behind stalls the soak caught: a cancel
+// that reaches the engine's job before the engine has started it, and events
+// of the engine that arrive while the worker's thread waits for a lock.
 
+import { basename } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { AbortError, EngineStalledError, SipLLM } from '../dist/index.js';
-import { RangeServer, collect, fileSize, nativeGreedy, removeDir, serveDir, tempDir } from './support.js';
+import { RangeServer, collect, fileSize, generateModel, nativeGreedy, removeDir, serveDir, tempDir } from './support.js';
 
 const MODEL = 'stories260K.gguf';
 const PROMPT = 'Once upon a time';
@@ -111,6 +113,38 @@ describe('a cancel that reaches a job before the engine starts it', () => {
       expect(await collect(llm.generate(PROMPT, { maxTokens: 3, temperature: 0 }))).toBe(nativeGreedy(MODEL, PROMPT, 3));
     } finally {
       await llm.unload();
+    }
+  });
+});
+
+describe('events that arrive while the worker holds a lock of the engine', () => {
+  it('are handled after the call that holds it, not inside: a handler that calls the engine does not wait for itself', async () => {
+    // The soak's stall: a stream left early; the worker's thread, in the
+    // engine's cancel, waited for a lock; Emscripten runs queued calls in
+    // such a wait, and ran a token event whose handler called the engine's
+    // cancel again, which waited for the lock its own thread held. The
+    // worker's thread, and every range request it starts, stopped for good.
+    const dir = tempDir('contend');
+    const model = generateModel(dir, 'kquant-small', 'Q8_0', 'llama.cpp-vocab/ggml-vocab-llama-spm.gguf');
+    const own = await RangeServer.start(dir);
+    const llm = await SipLLM.load(`${own.url}/${basename(model)}`, { threads: 2, warmUpMs: 0, stallTimeoutMs: 5000 });
+    const maxTokens = 400;
+    const stream = llm.generate(PROMPT, { maxTokens, temperature: 0 });
+    try {
+      expect((await stream.next()).done).toBe(false);  // it runs; its tokens come as events
+      // The worker marks the job cancelled in the shared words, as the page
+      // does, then holds the engine's lock for 300 ms while token events
+      // queue up: each one's handler cancels the job.
+      await llm.testHook('contend-engine-lock');
+      for await (const piece of stream) void piece;
+      const generation = llm.stats().lastGeneration!;
+      expect(generation.stopReason).toBe('cancelled');
+      expect(generation.generatedTokens).toBeLessThan(maxTokens);
+    } finally {
+      await stream.return(undefined).catch(() => undefined);  // (holds the model while open)
+      await llm.unload();
+      await own.stop();
+      removeDir(dir);
     }
   });
 });
