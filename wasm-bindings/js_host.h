@@ -20,11 +20,13 @@
 //
 // The main runtime thread never runs engine work (see session.h), so proxied
 // calls are answered at once rather than when the computation next waits.
-// It does read the engine's state (stats, the units, a cancel), and while it
-// waits for a lock it answers nothing (in a worker, Emscripten's wait is a
-// real Atomics.wait): so no engine thread may hold a lock the main runtime
-// thread takes while it waits for one of these calls (PageCache's mutex was
-// one; page_cache_test.cpp ItsStateCanBeReadWhileAStoreCallWaits).
+// It does read the engine's state (stats, the units, a cancel). While it
+// waits for a lock it runs the queued calls (Emscripten's mutex wait), but
+// not from inside one: so nothing that runs as a queued call may take an
+// engine lock (the events are handled after the queued call, see host.js),
+// and no engine thread should hold a lock the main runtime thread takes
+// while it waits for one of these calls (PageCache's index write did;
+// page_cache_test.cpp ItsStateCanBeReadWhileAStoreCallWaits).
 #pragma once
 
 #include <atomic>
