@@ -24,6 +24,8 @@ const CACHE_INDEX_SUFFIX = '.index';
 const UNIT_POLL_MS = 100;
 // Bytes arrived this recently: the loader is fetching.
 const BYTES_MOVING_MS = 1000;
+// As often as the engine's own 'alive' (wasm-bindings/session.cpp).
+const ALIVE_WHILE_COMPILING_MS = 250;
 
 // ms since the Unix epoch, comparable across threads and processes.
 function epochMs(): number {
@@ -202,13 +204,22 @@ class EngineWorker {
 
   private async dispatch(request: Request): Promise<unknown> {
     switch (request.type) {
-      case 'init':
+      case 'init': {
         this.build = request.build;
         this.words = request.words;
-        this.module = await loadEngineModule(request.build, request.wasmBaseUrl, request.poolSize);
+        // The browser compiles the module off this thread, out of the
+        // engine's sight: this thread says it is alive meanwhile, so that a
+        // slow compile on a busy machine is not taken for a stall.
+        const alive = setInterval(() => this.endpoint.post({ type: 'alive', id: request.id }), ALIVE_WHILE_COMPILING_MS);
+        try {
+          this.module = await loadEngineModule(request.build, request.wasmBaseUrl, request.poolSize);
+        } finally {
+          clearInterval(alive);
+        }
         this.module.sipllmRegistry = this.registry;
         this.moduleReadyAt = epochMs();
         return { build: this.build };
+      }
       case 'load':
         return this.load(request);
       case 'generate':
