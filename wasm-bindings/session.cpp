@@ -16,6 +16,7 @@ namespace sipllm::wasm {
 namespace {
 
 constexpr uint64_t kMinProgressStep = 64u << 10;
+constexpr uint64_t kProgressEventsPerFile = 200;
 // How often a busy engine says it is alive: well inside any watchdog's
 // patience, rare enough to cost nothing.
 constexpr double kAlivePeriodMs = 250;
@@ -32,7 +33,6 @@ static_assert(offsetof(EngineProbe, beats) == 0 && offsetof(EngineProbe, cancell
                   offsetof(EngineProbe, pool_threads) == 16 && offsetof(EngineProbe, pool) == 64 &&
                   sizeof(EngineProbe::Word) == 64,
               "web/src/probe.ts reads the engine's words at these offsets");
-constexpr uint64_t kProgressEventsPerFile = 200;
 
 // Passes reads through and tells the reporter which bytes arrived.
 class ReportingSource final : public WeightSource {

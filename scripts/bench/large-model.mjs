@@ -333,7 +333,12 @@ function report(o, results, wllama, demo) {
         failures.push(`${where}: the tab peaked at ${fmt(l.peakTabBytes / MB)} MB, over the budget + ${o.overheadMb} MB`);
       }
       if (i > 0 && l.networkBytes !== 0) {
-        failures.push(`${where}: ${l.networkBytes} bytes came over the network, not from OPFS: ${describeRequests(l.requests)}`);
+        // Whether the load before stopped caching (a write that failed: a quota, a full disk) tells a cache
+        // that lacks what was used from one that was asked for what no load had used.
+        const before = r.loads[i - 1].raw.source;
+        const caching = before?.caching === false ? `; load ${i} stopped caching: ${before.cacheError}` : '';
+        failures.push(`${where}: ${l.networkBytes} bytes came over the network, not from OPFS${caching}: ` +
+                      describeRequests(l.requests));
       }
     });
   }

@@ -15,8 +15,9 @@
 // pages of the table, which the header's reads are followed by, are
 // certainly not in the cache (asserted from the cache's index). A second
 // load that reads ahead past the header meets the network, every time
-// (pages 1-4 of the whole file, 1-2 of the split set's first part; on the
-// 8B split set of bench:large, pages 8-11 of its first part).
+// (pages 1-4 of the whole file; of the split set's first part, those of
+// pages 1-4 that its one-token rows did not bring in whole; on the 8B split
+// set of bench:large, pages 8-11 of its first part).
 //
 // Also: a split set caches the rows it reads one at a time (a decode step's
 // token) as rows, as a whole file does, not as the page around them; and an
