@@ -95,13 +95,10 @@ class SplitSource final : public WeightSource {
   void read_many(const std::vector<ReadRequest>& requests) override {
     std::vector<std::vector<ReadRequest>> per_part(parts_.size());
     for (const ReadRequest& r : requests) plan(r, per_part);
+    // Always as a batch, even of one: a part's source may keep rows read so
+    // apart from whole reads (an HTTP source caches them by the row).
     for (size_t k = 0; k < parts_.size(); ++k) {
-      if (per_part[k].size() == 1) {
-        const ReadRequest& r = per_part[k].front();
-        parts_[k].source->read(r.offset, r.dst, r.length);
-      } else if (!per_part[k].empty()) {
-        parts_[k].source->read_many(per_part[k]);
-      }
+      if (!per_part[k].empty()) parts_[k].source->read_many(per_part[k]);
     }
   }
 

@@ -567,15 +567,23 @@ class HttpSourceImpl final : public HttpSource {
   void read_ahead_of(uint64_t offset, uint64_t length) {
     if (pool_ == nullptr || !cache_->writing()) return;
     const uint64_t end = offset + length;
+    // Only a stream that comes from the network is read ahead: a read the
+    // cache held (a load from a full cache reads its header so) would
+    // otherwise fetch what no one reads, and a second load that asks for no
+    // more than the first would still meet the network. A read inside the
+    // last window keeps it going.
+    const bool held = cache_->holds(offset, length);
     uint64_t ahead_begin = 0, ahead_end = 0;
     {
       std::lock_guard<std::mutex> lock(sequence_mutex_);
       const bool sequential = offset >= last_read_end_ && offset <= last_read_end_ + cache_->page_bytes();
       last_read_end_ = end;
       if (!sequential) return;
+      if (held && !(offset >= readahead_begin_ && offset < readahead_end_)) return;
       ahead_begin = std::max(end, readahead_end_);
       ahead_end = std::min(file_.size, end + std::max(length, kMinReadaheadBytes));
       if (ahead_end <= ahead_begin) return;
+      readahead_begin_ = ahead_begin;
       readahead_end_ = ahead_end;
     }
     pool_->post([this, ahead_begin, ahead_end] { fetch_ahead(ahead_begin, ahead_end); });
@@ -640,7 +648,8 @@ class HttpSourceImpl final : public HttpSource {
 
   std::mutex sequence_mutex_;
   uint64_t last_read_end_ = 0;  // where the previous read ended
-  uint64_t readahead_end_ = 0;  // how far readahead has been asked for
+  uint64_t readahead_begin_ = 0;  // the last window asked for
+  uint64_t readahead_end_ = 0;    // how far readahead has been asked for
 
   mutable std::mutex progress_mutex_;
   uint64_t fetched_ = 0;

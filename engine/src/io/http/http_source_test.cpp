@@ -509,8 +509,7 @@ TEST_F(HttpTest, HttpTensorsPast4GiBAreFetchedAndCached) {
   EXPECT_TRUE(asked_past_4GiB(server_->stats()));
   server_->reset();
   expect_same_as(run_model(open_http_split(first, options)), *stories_);
-  // (Readahead may still ask for pages of the unused gap, never stored as
-  // no read used them.)
+  // (A load the cache serves reads nothing ahead: not the unused gap either.)
   EXPECT_FALSE(asked_past_4GiB(server_->stats())) << "the pages past 4 GiB came from the cache";
 }
 
