@@ -160,7 +160,7 @@ export class WorkerHandle {
                                          `(${describeStall(dump)}); its worker was stopped, and the next ` +
                                          'request loads the model again', dump);
     this.stop(error);
-    void this.worker.terminate();
+    void this.terminate();
     this.watch.onStall(error);
   }
 
