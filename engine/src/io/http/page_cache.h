@@ -86,8 +86,9 @@ std::optional<CacheIndex> read_cache_index(CacheStore& store, const std::string&
 // claim()) takes is held across a call to the store. In the WebAssembly
 // build a store call from an engine thread waits for the main runtime
 // thread, which answers it; that thread also reads this state (the stats of
-// every request), and if it blocked behind a lock held by a thread waiting
-// for it, neither would ever move again.
+// every request). It answers queued calls while it waits for a lock, but not
+// from inside one, and a reader should never wait on another thread's I/O
+// (see wasm-bindings/js_host.h).
 class PageCache {
  public:
   // Uses an existing entry, but for pages past the end of its pages file
