@@ -83,9 +83,12 @@ describe('streaming over HTTP', () => {
           // Block bytes (and the head's after them): fetched ahead or by the
           // engine, never both, with no gap.
           expect(span).not.toBeNull();
-          const blocks = ranges.filter((r) => r.first >= (span as { begin: number }).begin)
+          // (The header's pieces go on in order until the tensor table has
+          // been parsed, so the first block bytes may come with the last of
+          // them, in a range that begins before the blocks.)
+          const blocks = ranges.filter((r) => r.last >= (span as { begin: number }).begin)
             .sort((a, b) => a.first - b.first);
-          expect(blocks[0].first).toBe(span?.begin);
+          expect(blocks[0].first).toBeLessThanOrEqual(span?.begin as number);
           for (let i = 1; i < blocks.length; ++i) expect(blocks[i].first).toBe(blocks[i - 1].last + 1);
           expect(blocks[blocks.length - 1].last).toBeGreaterThanOrEqual((span as { end: number }).end - 1);
           // And no byte of the file twice (the header's pieces reach into the
