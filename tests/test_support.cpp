@@ -1,5 +1,6 @@
 #include "test_support.h"
 
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -18,6 +19,26 @@ std::string read_file(const std::string& path) {
   std::ostringstream out;
   out << in.rdbuf();
   return out.str();
+}
+
+GgmlOracle read_ggml_oracle(const std::string& type_name) {
+  const std::string path = std::string(SIPLLM_FIXTURES_DIR) + "/quant/" + type_name + ".ggmlq";
+  const std::string file = read_file(path);
+  GgmlOracle o;
+  constexpr size_t kHeader = 20;
+  if (file.size() < kHeader || file.compare(0, 4, "GGQO") != 0) throw std::runtime_error(path + " is not an oracle file");
+  std::memcpy(&o.type_id, file.data() + 4, 4);
+  std::memcpy(&o.rows, file.data() + 8, 4);
+  std::memcpy(&o.cols, file.data() + 12, 4);
+  std::memcpy(&o.row_bytes, file.data() + 16, 4);
+  const size_t n_bytes = static_cast<size_t>(o.rows) * o.row_bytes, n_floats = static_cast<size_t>(o.rows) * o.cols;
+  if (file.size() != kHeader + n_bytes + 8 * n_floats) throw std::runtime_error(path + " has the wrong size");
+  o.bytes.assign(file.begin() + kHeader, file.begin() + static_cast<std::ptrdiff_t>(kHeader + n_bytes));
+  o.floats.resize(n_floats);
+  std::memcpy(o.floats.data(), file.data() + kHeader + n_bytes, 4 * n_floats);
+  o.inputs.resize(n_floats);
+  std::memcpy(o.inputs.data(), file.data() + kHeader + n_bytes + 4 * n_floats, 4 * n_floats);
+  return o;
 }
 
 namespace {

@@ -23,6 +23,17 @@ std::string model_path(const std::string& relative);
 // Reads a whole file into a string (throws on failure).
 std::string read_file(const std::string& path);
 
+// llama.cpp's quantization of a few rows of floats to one tensor type and its
+// dequantization of them (tests/fixtures/quant/<TYPE>.ggmlq, see
+// make_ggml_oracle.py there).
+struct GgmlOracle {
+  uint32_t type_id = 0, rows = 0, cols = 0, row_bytes = 0;
+  std::vector<uint8_t> bytes;  // rows x row_bytes
+  std::vector<float> floats;   // rows x cols: llama.cpp's dequantization of bytes
+  std::vector<float> inputs;   // rows x cols: what llama.cpp quantized to bytes
+};
+GgmlOracle read_ggml_oracle(const std::string& type_name);
+
 // A random-weight llama in `shape` with the stories260K vocabulary.
 GgufWriter random_llama_writer(const std::string& shape = "tiny",
                                TensorType type = TensorType::kF32, uint64_t seed = 7);

@@ -109,7 +109,7 @@ export async function describeFailure(error: unknown, url: string | null): Promi
         title: 'This model is not supported',
         message,
         hint: 'SipLLM runs llama-architecture GGUF models (Llama, TinyLlama, SmolLM, Mistral-style) ' +
-              'with F32, F16, BF16, Q8_0, Q4_0 and K-quant tensors.',
+              'with F32, F16, BF16, Q8_0, Q4_0, Q5_0, K-quant, IQ4_NL, IQ4_XS and MXFP4 tensors.',
       };
     case 'out-of-budget':
       return {

@@ -28,6 +28,10 @@ let root: string;
 let scratch: string;
 let slowModel: string;
 let expected: string;
+// A small model of each block type of llama.cpp's that the engine reads
+// besides the common ones: their kernels in WebAssembly against the native.
+const BLOCK_TYPES = ['Q2_K', 'Q3_K', 'IQ4_NL', 'IQ4_XS', 'MXFP4'] as const;
+const blockTypeModels: Record<string, string> = {};
 
 beforeAll(async () => {
   expected = nativeGreedy(MODEL, PROMPT, 120);
@@ -35,6 +39,7 @@ beforeAll(async () => {
   server = await RangeServer.start(root);
   scratch = tempDir('models');
   slowModel = generateModel(scratch, 'smollm-135m', 'Q8_0', 'llama.cpp-vocab/ggml-vocab-starcoder.gguf');
+  for (const type of BLOCK_TYPES) blockTypeModels[type] = generateModel(scratch, 'tiny-k', type, MODEL);
 });
 
 afterAll(async () => {
@@ -64,6 +69,20 @@ describe.each(BUILDS)('the %s build', (build) => {
       expect(stats.source).toBeNull();
     } finally {
       await llm.unload();
+    }
+  });
+
+  it('reads each block type to the native engine\'s text', async () => {
+    for (const type of BLOCK_TYPES) {
+      const model = blockTypeModels[type];
+      const llm = await SipLLM.load(readFileSync(model), { build, threads: 2 });
+      try {
+        const text = await collect(llm.generate(PROMPT, { maxTokens: 24, temperature: 0 }));
+        expect(text, type).toBe(nativeGreedy(model, PROMPT, 24));
+        expect(text.length, type).toBeGreaterThan(0);
+      } finally {
+        await llm.unload();
+      }
     }
   });
 

@@ -283,6 +283,16 @@ TestMatrix make_matrix(TensorType type, int rows, int cols, std::mt19937& rng, b
         case TensorType::kQ6_K:
           std::memcpy(block + offsetof(BlockQ6_K, d), &d, 2);
           break;
+        case TensorType::kQ2_K:
+          std::memcpy(block + offsetof(BlockQ2_K, d), &d, 2);
+          std::memcpy(block + offsetof(BlockQ2_K, dmin), &min, 2);
+          break;
+        case TensorType::kQ3_K:
+          std::memcpy(block + offsetof(BlockQ3_K, d), &d, 2);
+          break;
+        case TensorType::kMXFP4:
+          block[0] = static_cast<uint8_t>(118 + block[0] % 8);  // 2^-10 .. 2^-3
+          break;
         default:
           std::memcpy(block, &d, 2);
       }
@@ -326,10 +336,8 @@ bool is_integer_type(TensorType t) {
 
 std::vector<TensorType> kernel_types() {
   std::vector<TensorType> types;
-  for (TensorType t : {TensorType::kF32, TensorType::kF16, TensorType::kBF16, TensorType::kQ4_0,
-                       TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ8_0,
-                       TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kQ5_0Unpacked,
-                       TensorType::kQ5_1Unpacked}) {
+  for (uint32_t id = 0; id < kTensorTypeIdLimit; ++id) {
+    const auto t = static_cast<TensorType>(id);
     if (find_matmul_kernel(t) != nullptr) types.push_back(t);
   }
   return types;
@@ -595,17 +603,19 @@ TEST(KernelsMatmul, UnpackedQ5MatricesGiveThePackedResults) {
 }
 
 TEST(KernelsMatmul, EveryFileTypeHasAKernel) {
-  for (TensorType t : {TensorType::kF32, TensorType::kF16, TensorType::kBF16, TensorType::kQ4_0,
-                       TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ8_0,
-                       TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
-    EXPECT_NE(find_matmul_kernel(t), nullptr) << type_name(t);
+  int file_types = 0;
+  for (uint32_t id = 0; id < kTensorTypeIdLimit; ++id) {
+    if (tensor_type_traits(id) == nullptr) continue;
+    ++file_types;
+    EXPECT_NE(find_matmul_kernel(static_cast<TensorType>(id)), nullptr) << tensor_type_name(id);
   }
+  EXPECT_EQ(file_types, 16);
 }
 
 TEST(KernelsMatmul, UnsupportedTypeIsAClearError) {
   const uint8_t bytes[256] = {};
   WeightMatrix w;
-  w.type = static_cast<TensorType>(10);  // Q2_K
+  w.type = static_cast<TensorType>(16);  // IQ2_XXS
   w.rows = 1;
   w.cols = 256;
   w.data = bytes;
@@ -617,7 +627,7 @@ TEST(KernelsMatmul, UnsupportedTypeIsAClearError) {
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
-    EXPECT_NE(std::string(e.what()).find("Q2_K"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("IQ2_XXS"), std::string::npos) << e.what();
   }
 }
 

@@ -61,23 +61,37 @@ double measure_dot_peak(ThreadPool& pool, double seconds) {
   return best;
 }
 
-const MatmulKernel* find_matmul_kernel(TensorType type) {
-  switch (type) {
-    case TensorType::kF32: return &kMatmulF32;
-    case TensorType::kF16: return &kMatmulF16;
-    case TensorType::kBF16: return &kMatmulBF16;
-    case TensorType::kQ4_0: return &kMatmulQ4_0;
-    case TensorType::kQ4_1: return &kMatmulQ4_1;
-    case TensorType::kQ5_0: return &kMatmulQ5_0;
-    case TensorType::kQ5_1: return &kMatmulQ5_1;
-    case TensorType::kQ8_0: return &kMatmulQ8_0;
-    case TensorType::kQ4_K: return &kMatmulQ4_K;
-    case TensorType::kQ5_K: return &kMatmulQ5_K;
-    case TensorType::kQ6_K: return &kMatmulQ6_K;
-    case TensorType::kQ5_0Unpacked: return &kMatmulQ5_0Unpacked;
-    case TensorType::kQ5_1Unpacked: return &kMatmulQ5_1Unpacked;
-    default: return nullptr;
+namespace {
+
+// The kernel table, parallel to the type table (model/tensor_type.cpp).
+struct KernelRow {
+  TensorType type;
+  const MatmulKernel* kernel;
+};
+using T = TensorType;
+constexpr KernelRow kKernels[] = {
+    {T::kF32, &kMatmulF32},          {T::kF16, &kMatmulF16},          {T::kBF16, &kMatmulBF16},
+    {T::kQ4_0, &kMatmulQ4_0},        {T::kQ4_1, &kMatmulQ4_1},        {T::kQ5_0, &kMatmulQ5_0},
+    {T::kQ5_1, &kMatmulQ5_1},        {T::kQ8_0, &kMatmulQ8_0},        {T::kQ2_K, &kMatmulQ2_K},
+    {T::kQ3_K, &kMatmulQ3_K},        {T::kQ4_K, &kMatmulQ4_K},        {T::kQ5_K, &kMatmulQ5_K},
+    {T::kQ6_K, &kMatmulQ6_K},        {T::kIQ4_NL, &kMatmulIQ4_NL},    {T::kIQ4_XS, &kMatmulIQ4_XS},
+    {T::kMXFP4, &kMatmulMXFP4},      {T::kQ5_0Unpacked, &kMatmulQ5_0Unpacked},
+    {T::kQ5_1Unpacked, &kMatmulQ5_1Unpacked},
+};
+
+struct KernelIndex {
+  const MatmulKernel* by_id[kTensorTypeIdLimit] = {};
+  constexpr KernelIndex() {
+    for (const KernelRow& row : kKernels) by_id[static_cast<uint32_t>(row.type)] = row.kernel;
   }
+};
+constexpr KernelIndex kKernelIndex;
+
+}  // namespace
+
+const MatmulKernel* find_matmul_kernel(TensorType type) {
+  const auto id = static_cast<uint32_t>(type);
+  return id < kTensorTypeIdLimit ? kKernelIndex.by_id[id] : nullptr;
 }
 
 namespace {

@@ -49,6 +49,15 @@ struct RowTile {
   }
 };
 
+// Kernels take the rows of a tiled matrix from the start of a tile: from
+// inside one, they would misread its rows.
+inline void check_tile_start(const WeightMatrix& w, int row_begin) {
+  if (w.tiled() && row_begin % WeightMatrix::kTileRows != 0) {
+    throw Error(ErrorKind::kInvalidArgument, "rows of a tiled matrix from row " + std::to_string(row_begin) +
+                                                 ", not the start of a tile");
+  }
+}
+
 // dot_tile(tile, p, acc) fills acc[0..kTile) with four rows' dot products for
 // positions p..p+kTile (acc[j]'s lane i: row i, position p + j); dot_one(tile,
 // p, acc) does the same for position p alone (the positions left over after
@@ -59,10 +68,7 @@ void for_each_row_tile(const WeightMatrix& w, int row_begin, int row_end, int n_
                        size_t y_stride, DotWide dot_wide, DotTile dot_tile, DotOne dot_one) {
   static_assert(WeightMatrix::kTileRows == 4, "a tile of the layout is a tile of the kernels");
   static_assert(kWideTile % kTile == 0, "wide tiles are whole tiles");
-  if (w.tiled() && row_begin % 4 != 0) {
-    throw Error(ErrorKind::kInvalidArgument, "rows of a tiled matrix from row " + std::to_string(row_begin) +
-                                                 ", not the start of a tile");
-  }
+  check_tile_start(w, row_begin);
   const bool prefetch = simd::kPrefetchNeverWaits || !w.tiled();
   const bool interleaved = w.tiled() && interleaved_values_from(w.type) != 0;
   const uint8_t* matrix_end = w.data + static_cast<size_t>(w.rows) * w.row_bytes;

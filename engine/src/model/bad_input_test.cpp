@@ -108,9 +108,9 @@ TEST(BadInput, ShapeThatContradictsTheHyperParameters) {
 
 TEST(BadInput, UnsupportedTensorType) {
   GgufWriter writer = test::random_llama_writer();
-  // A Q2_K tensor (type 10) of 256 elements: 84 bytes.
-  writer.add_tensor("blk.0.extra.weight", {256}, 10, 84, [](std::vector<uint8_t>& out) { out.assign(84, 0); });
-  expect_failure(writer.to_bytes(), ErrorKind::kUnsupported, "tensor 'blk.0.extra.weight' has type Q2_K");
+  // An IQ2_XXS tensor (type 16) of 256 elements: 66 bytes.
+  writer.add_tensor("blk.0.extra.weight", {256}, 16, 66, [](std::vector<uint8_t>& out) { out.assign(66, 0); });
+  expect_failure(writer.to_bytes(), ErrorKind::kUnsupported, "tensor 'blk.0.extra.weight' has type IQ2_XXS");
 }
 
 TEST(BadInput, UnsupportedArchitectureListsTheSupportedOnes) {

@@ -54,13 +54,7 @@ bool fits(TensorType type, uint64_t row_length) {
 // wanted one's block.
 TensorType fitting_type(TensorType wanted, uint64_t row_length) {
   if (fits(wanted, row_length)) return wanted;
-  TensorType fallback = TensorType::kF16;
-  switch (wanted) {
-    case TensorType::kQ4_K: fallback = TensorType::kQ5_0; break;
-    case TensorType::kQ5_K: fallback = TensorType::kQ5_1; break;
-    case TensorType::kQ6_K: fallback = TensorType::kQ8_0; break;
-    default: break;
-  }
+  const TensorType fallback = tensor_type_traits(wanted).row_fallback;
   return fits(fallback, row_length) ? fallback : TensorType::kF16;
 }
 
@@ -195,24 +189,9 @@ TensorType mixed_tensor_type(const GeneratorOptions& options, const std::string&
 uint32_t llama_file_type(const GeneratorOptions& options) {
   if (options.mix == QuantMix::kQ4_K_M) return 15;
   if (options.mix == QuantMix::kQ5_K_M) return 17;
-  switch (options.type) {
-    case TensorType::kF32: return 0;
-    case TensorType::kF16: return 1;
-    case TensorType::kQ4_0: return 2;
-    case TensorType::kQ4_1: return 3;
-    case TensorType::kQ8_0: return 7;
-    case TensorType::kQ5_0: return 8;
-    case TensorType::kQ5_1: return 9;
-    case TensorType::kQ4_K: return 14;
-    case TensorType::kQ5_K: return 16;
-    case TensorType::kQ6_K: return 18;
-    case TensorType::kBF16: return 32;
-    case TensorType::kQ8_K:
-    case TensorType::kQ5_0Unpacked:
-    case TensorType::kQ5_1Unpacked: break;
-  }
-  throw Error(ErrorKind::kInvalidArgument, std::string("no model file can be of type ") +
-                                               tensor_type_traits(options.type).name);
+  const TensorTypeTraits& traits = tensor_type_traits(options.type);
+  if (traits.llama_file_type != kNoFileType) return traits.llama_file_type;
+  throw Error(ErrorKind::kInvalidArgument, std::string("no model file can be of type ") + traits.name);
 }
 
 namespace {
@@ -518,16 +497,19 @@ struct NamedType {
   QuantMix mix;
 };
 
+// Every type a file may hold, by its name (plain floats as they are, block
+// types with llama.cpp's default head), then llama.cpp's mixes.
 const std::vector<NamedType>& named_types() {
-  static const std::vector<NamedType> kTypes = {
-      {"F32", TensorType::kF32, QuantMix::kPlain},     {"F16", TensorType::kF16, QuantMix::kPlain},
-      {"BF16", TensorType::kBF16, QuantMix::kPlain},   {"Q8_0", TensorType::kQ8_0, QuantMix::kDefault},
-      {"Q4_0", TensorType::kQ4_0, QuantMix::kDefault}, {"Q4_1", TensorType::kQ4_1, QuantMix::kDefault},
-      {"Q5_0", TensorType::kQ5_0, QuantMix::kDefault}, {"Q5_1", TensorType::kQ5_1, QuantMix::kDefault},
-      {"Q4_K", TensorType::kQ4_K, QuantMix::kDefault}, {"Q5_K", TensorType::kQ5_K, QuantMix::kDefault},
-      {"Q6_K", TensorType::kQ6_K, QuantMix::kDefault}, {"Q4_K_M", TensorType::kQ4_K, QuantMix::kQ4_K_M},
-      {"Q5_K_M", TensorType::kQ5_K, QuantMix::kQ5_K_M},
-  };
+  static const std::vector<NamedType> kTypes = [] {
+    std::vector<NamedType> types;
+    for (uint32_t id = 0; id < kTensorTypeIdLimit; ++id) {
+      const TensorTypeTraits* t = tensor_type_traits(id);
+      if (t != nullptr) types.push_back({t->name, t->type, t->block_elements == 1 ? QuantMix::kPlain : QuantMix::kDefault});
+    }
+    types.push_back({"Q4_K_M", TensorType::kQ4_K, QuantMix::kQ4_K_M});
+    types.push_back({"Q5_K_M", TensorType::kQ5_K, QuantMix::kQ5_K_M});
+    return types;
+  }();
   return kTypes;
 }
 

@@ -12,20 +12,8 @@
 namespace sipllm {
 namespace {
 
-constexpr TensorTypeTraits kF32Traits{"F32", 1, 4};
-constexpr TensorTypeTraits kF16Traits{"F16", 1, 2};
-constexpr TensorTypeTraits kBF16Traits{"BF16", 1, 2};
-constexpr TensorTypeTraits kQ4_0Traits{"Q4_0", kQK4_0, sizeof(BlockQ4_0)};
-constexpr TensorTypeTraits kQ4_1Traits{"Q4_1", kQK4_1, sizeof(BlockQ4_1)};
-constexpr TensorTypeTraits kQ5_0Traits{"Q5_0", kQK5_0, sizeof(BlockQ5_0)};
-constexpr TensorTypeTraits kQ5_1Traits{"Q5_1", kQK5_1, sizeof(BlockQ5_1)};
-constexpr TensorTypeTraits kQ8_0Traits{"Q8_0", kQK8_0, sizeof(BlockQ8_0)};
-constexpr TensorTypeTraits kQ4_KTraits{"Q4_K", kQK_K, sizeof(BlockQ4_K)};
-constexpr TensorTypeTraits kQ5_KTraits{"Q5_K", kQK_K, sizeof(BlockQ5_K)};
-constexpr TensorTypeTraits kQ6_KTraits{"Q6_K", kQK_K, sizeof(BlockQ6_K)};
-constexpr TensorTypeTraits kQ8_KTraits{"Q8_K", kQK_K, sizeof(BlockQ8_K)};
-constexpr TensorTypeTraits kQ5_0UnpackedTraits{"Q5_0 unpacked", kQK5_0, sizeof(BlockQ5_0Unpacked)};
-constexpr TensorTypeTraits kQ5_1UnpackedTraits{"Q5_1 unpacked", kQK5_1, sizeof(BlockQ5_1Unpacked)};
+// Below this a group's largest magnitude counts as zero (ggml's GROUP_MAX_EPS).
+constexpr float kGroupMaxEps = 1e-15f;
 
 // Blocks are read with memcpy from possibly unaligned file buffers.
 template <typename Block>
@@ -310,11 +298,86 @@ void dequantize_q8_k(const uint8_t* src, float* dst, size_t n) {
   }
 }
 
+// Q2_K and Q3_K: per half h and shift s, bits 2s..2s+1 of qs[32h + l] are
+// element 128h + 32s + l (see tensor_type.h). Each element's float as ggml
+// computes it: the sub-block's float factor first, then one product.
+void dequantize_q2_k(const uint8_t* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n / kQK_K; ++i) {
+    const auto b = load_block<BlockQ2_K>(src + i * sizeof(BlockQ2_K));
+    const float d = fp16_to_float(b.d), dmin = fp16_to_float(b.dmin);
+    float* out = dst + i * kQK_K;
+    for (int e = 0; e < kQK_K; ++e) {
+      const int h = e / 128, s = e % 128 / 32, l = e % 32;
+      const uint8_t sc = b.scales[8 * h + 2 * s + l / 16];
+      const float dl = d * static_cast<float>(sc & 0x0f), ml = dmin * static_cast<float>(sc >> 4);
+      const int q = (b.qs[32 * h + l] >> (2 * s)) & 3;
+      out[e] = dl * static_cast<float>(q) - ml;
+    }
+  }
+}
+
+void dequantize_q3_k(const uint8_t* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n / kQK_K; ++i) {
+    const auto b = load_block<BlockQ3_K>(src + i * sizeof(BlockQ3_K));
+    const float d = fp16_to_float(b.d);
+    float* out = dst + i * kQK_K;
+    for (int e = 0; e < kQK_K; ++e) {
+      const int h = e / 128, s = e % 128 / 32, l = e % 32;
+      const float dl = d * static_cast<float>(q3_k_scale(b.scales, 8 * h + 2 * s + l / 16) - 32);
+      const int low = (b.qs[32 * h + l] >> (2 * s)) & 3;
+      const int high = (b.hmask[l] >> (4 * h + s)) & 1;
+      out[e] = dl * static_cast<float>((low | high << 2) - 4);
+    }
+  }
+}
+
+void dequantize_iq4_nl(const uint8_t* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n / kQK4_NL; ++i) {
+    const auto b = load_block<BlockIQ4_NL>(src + i * sizeof(BlockIQ4_NL));
+    const float d = fp16_to_float(b.d);
+    float* out = dst + i * kQK4_NL;
+    for (int j = 0; j < kQK4_NL / 2; ++j) {
+      out[j] = d * static_cast<float>(kIq4Levels[b.qs[j] & 0x0f]);
+      out[j + kQK4_NL / 2] = d * static_cast<float>(kIq4Levels[b.qs[j] >> 4]);
+    }
+  }
+}
+
+void dequantize_iq4_xs(const uint8_t* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n / kQK_K; ++i) {
+    const auto b = load_block<BlockIQ4_XS>(src + i * sizeof(BlockIQ4_XS));
+    const float d = fp16_to_float(b.d);
+    for (int g = 0; g < kQK_K / 32; ++g) {
+      const int scale = ((b.scales_l[g / 2] >> (4 * (g % 2))) & 0x0f) | ((b.scales_h >> (2 * g)) & 3) << 4;
+      const float dl = d * static_cast<float>(scale - 32);
+      float* out = dst + i * kQK_K + 32 * g;
+      for (int j = 0; j < 16; ++j) {
+        out[j] = dl * static_cast<float>(kIq4Levels[b.qs[16 * g + j] & 0x0f]);
+        out[j + 16] = dl * static_cast<float>(kIq4Levels[b.qs[16 * g + j] >> 4]);
+      }
+    }
+  }
+}
+
+void dequantize_mxfp4(const uint8_t* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n / kQK_MXFP4; ++i) {
+    const auto b = load_block<BlockMXFP4>(src + i * sizeof(BlockMXFP4));
+    const float d = e8m0_half(b.e);
+    float* out = dst + i * kQK_MXFP4;
+    for (int j = 0; j < kQK_MXFP4 / 2; ++j) {
+      out[j] = static_cast<float>(kMxfp4Levels[b.qs[j] & 0x0f]) * d;
+      out[j + kQK_MXFP4 / 2] = static_cast<float>(kMxfp4Levels[b.qs[j] >> 4]) * d;
+    }
+  }
+}
+
 // Fits x ~ scale * L - min_offset with L in 0..nmax (min_offset >= 0) by
-// weighted least squares over a sweep of candidate scales, keeping the best
+// weighted least squares over a sweep of candidate scales, keeping the one
+// of least weighted squared (or, with absolute_errors, absolute) error
 // (ggml's make_qkx2_quants). Writes L, returns the scale and sets *min_offset.
 float fit_scale_and_min(int n, int nmax, const float* x, const float* weights, uint8_t* L,
-                        float* min_offset, float rmin, float rdelta, int nstep) {
+                        float* min_offset, float rmin, float rdelta, int nstep, bool absolute_errors = false) {
+  const auto error_of = [absolute_errors](float diff) { return absolute_errors ? std::fabs(diff) : diff * diff; };
   float min = x[0], max = x[0];
   float sum_w = weights[0];
   float sum_x = sum_w * x[0];
@@ -336,7 +399,7 @@ float fit_scale_and_min(int n, int nmax, const float* x, const float* weights, u
   for (int i = 0; i < n; ++i) {
     L[i] = static_cast<uint8_t>(std::clamp(nearest_int(iscale * (x[i] - min)), 0, nmax));
     const float diff = scale * L[i] + min - x[i];
-    best_error += weights[i] * (diff * diff);
+    best_error += weights[i] * error_of(diff);
   }
   uint8_t candidate[32];
   for (int is = 0; is <= nstep; ++is) {
@@ -361,7 +424,7 @@ float fit_scale_and_min(int n, int nmax, const float* x, const float* weights, u
       float error = 0;
       for (int i = 0; i < n; ++i) {
         const float diff = this_scale * candidate[i] + this_min - x[i];
-        error += weights[i] * (diff * diff);
+        error += weights[i] * error_of(diff);
       }
       if (error < best_error) {
         std::copy(candidate, candidate + n, L);
@@ -546,6 +609,307 @@ void quantize_q6_k(const float* src, uint8_t* dst, size_t n) {
   }
 }
 
+// ---- Q2_K and Q3_K (ggml's quantize_row_q2_K_ref and quantize_row_q3_K_ref) ------
+
+// 256 values of two bits (Q3_K's low two) as Q2_K and Q3_K lay them out.
+void pack_2bit(const uint8_t* L, uint8_t* qs) {
+  for (int h = 0; h < 2; ++h) {
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t* v = L + 128 * h + l;
+      qs[32 * h + l] = static_cast<uint8_t>(v[0] | v[32] << 2 | v[64] << 4 | v[96] << 6);
+    }
+  }
+}
+
+void quantize_q2_k(const float* src, uint8_t* dst, size_t n) {
+  for (size_t i = 0; i < n / kQK_K; ++i) {
+    const float* x = src + i * kQK_K;
+    BlockQ2_K b{};
+    uint8_t L[kQK_K];
+    float weights[16], scales[16], mins[16];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 16; ++j) {
+      for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
+      scales[j] = fit_scale_and_min(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], -0.5f, 0.1f, 15, true);
+      max_scale = std::max(max_scale, scales[j]);
+      max_min = std::max(max_min, mins[j]);
+    }
+    if (max_scale > 0) {
+      const float iscale = 15.0f / max_scale;
+      for (int j = 0; j < 16; ++j) b.scales[j] = static_cast<uint8_t>(nearest_int(iscale * scales[j]));
+      b.d = float_to_fp16(max_scale / 15.0f);
+    } else {
+      b.d = float_to_fp16(0.0f);
+    }
+    if (max_min > 0) {
+      const float iscale = 15.0f / max_min;
+      for (int j = 0; j < 16; ++j) b.scales[j] |= static_cast<uint8_t>(nearest_int(iscale * mins[j]) << 4);
+      b.dmin = float_to_fp16(max_min / 15.0f);
+    } else {
+      b.dmin = float_to_fp16(0.0f);
+    }
+    // Each value again against the scales as stored.
+    for (int j = 0; j < 16; ++j) {
+      const float d = fp16_to_float(b.d) * static_cast<float>(b.scales[j] & 0x0f);
+      if (d == 0) continue;
+      const float dm = fp16_to_float(b.dmin) * static_cast<float>(b.scales[j] >> 4);
+      for (int l = 0; l < 16; ++l) {
+        L[16 * j + l] = static_cast<uint8_t>(std::clamp(nearest_int((x[16 * j + l] + dm) / d), 0, 3));
+      }
+    }
+    pack_2bit(L, b.qs);
+    store_block(b, dst + i * sizeof b);
+  }
+}
+
+// Fits x ~ scale * L with L in -nmax..nmax-1 by least squares weighted by x^2,
+// then moves single levels while that lowers the error, up to five rounds
+// (ggml's make_q3_quants). Writes L + nmax, returns the scale.
+float fit_q3_scale(int n, int nmax, const float* x, int8_t* L) {
+  float max = 0, amax = 0;
+  for (int i = 0; i < n; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  }
+  if (amax < kGroupMaxEps) {
+    std::fill(L, L + n, int8_t{0});
+    return 0;
+  }
+  const float iscale = -static_cast<float>(nmax) / max;
+  float sumlx = 0, suml2 = 0;
+  for (int i = 0; i < n; ++i) {
+    const int l = std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+    L[i] = static_cast<int8_t>(l);
+    const float w = x[i] * x[i];
+    sumlx += w * x[i] * l;
+    suml2 += w * l * l;
+  }
+  for (int round = 0; round < 5; ++round) {
+    int changed = 0;
+    for (int i = 0; i < n; ++i) {
+      const float w = x[i] * x[i];
+      float slx = sumlx - w * x[i] * L[i];
+      if (slx > 0) {
+        float sl2 = suml2 - w * L[i] * L[i];
+        const int l = std::clamp(nearest_int(x[i] * sl2 / slx), -nmax, nmax - 1);
+        if (l != L[i]) {
+          slx += w * x[i] * l;
+          sl2 += w * l * l;
+          if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
+            L[i] = static_cast<int8_t>(l);
+            sumlx = slx;
+            suml2 = sl2;
+            ++changed;
+          }
+        }
+      }
+    }
+    if (changed == 0) break;
+  }
+  for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(L[i] + nmax);
+  return sumlx / suml2;
+}
+
+void quantize_q3_k(const float* src, uint8_t* dst, size_t n) {
+  for (size_t i = 0; i < n / kQK_K; ++i) {
+    const float* x = src + i * kQK_K;
+    BlockQ3_K b{};
+    int8_t L[kQK_K];
+    float scales[16];
+    float max_scale = 0, amax = 0;
+    for (int j = 0; j < 16; ++j) {
+      scales[j] = fit_q3_scale(16, 4, x + 16 * j, L + 16 * j);
+      if (std::fabs(scales[j]) > amax) {
+        amax = std::fabs(scales[j]);
+        max_scale = scales[j];
+      }
+    }
+    if (max_scale != 0) {
+      const float iscale = -32.0f / max_scale;
+      for (int j = 0; j < 16; ++j) {
+        const int l = std::clamp<int>(static_cast<int8_t>(nearest_int(iscale * scales[j])), -32, 31) + 32;
+        if (j < 8) {
+          b.scales[j] = static_cast<uint8_t>(l & 0x0f);
+        } else {
+          b.scales[j - 8] |= static_cast<uint8_t>((l & 0x0f) << 4);
+        }
+        b.scales[8 + j % 4] |= static_cast<uint8_t>((l >> 4) << (2 * (j / 4)));
+      }
+      b.d = float_to_fp16(1 / iscale);
+    } else {
+      b.d = float_to_fp16(0.0f);
+    }
+    // Each value again against the scales as stored.
+    for (int j = 0; j < 16; ++j) {
+      const float d = fp16_to_float(b.d) * static_cast<float>(q3_k_scale(b.scales, j) - 32);
+      if (d == 0) continue;
+      for (int l = 0; l < 16; ++l) {
+        L[16 * j + l] = static_cast<int8_t>(std::clamp(nearest_int(x[16 * j + l] / d), -4, 3) + 4);
+      }
+    }
+    // The third bit of element e is bit e / 32 of hmask[e % 32].
+    uint8_t low[kQK_K];
+    for (int e = 0; e < kQK_K; ++e) {
+      if (L[e] > 3) b.hmask[e % 32] |= static_cast<uint8_t>(1 << (e / 32));
+      low[e] = static_cast<uint8_t>(L[e] > 3 ? L[e] - 4 : L[e]);
+    }
+    pack_2bit(low, b.qs);
+    store_block(b, dst + i * sizeof b);
+  }
+}
+
+// ---- IQ4_NL, IQ4_XS, MXFP4 --------------------------------------------------------
+
+// The index of the level nearest x (levels ascending; the lower on a tie
+// only when strictly nearer, as ggml's best_index_int8).
+int nearest_level(const int8_t (&levels)[16], float x) {
+  if (x <= levels[0]) return 0;
+  if (x >= levels[15]) return 15;
+  int lo = 0, hi = 15;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (x < levels[mid]) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  return x - levels[hi - 1] < levels[hi] - x ? hi - 1 : hi;
+}
+
+// ggml's quantize_row_iq4_nl_impl without an importance matrix, with seven
+// tries each side: each block of 32 gets the best of fifteen scales near the
+// one that maps its largest value to the lowest level; in a super-block
+// (IQ4_XS) those scales are then stored in six bits of one fp16 scale.
+void quantize_iq4_super_block(int super_block, const float* x, uint16_t* d_out, uint8_t* qs, uint16_t* scales_h,
+                              uint8_t* scales_l) {
+  constexpr int kBlock = 32, kTries = 7;
+  const int8_t (&levels)[16] = kIq4Levels;
+  uint8_t L[kQK_K];
+  float scales[kQK_K / kBlock];
+  float weight[kBlock];
+  float max_scale = 0, amax_scale = 0;
+  for (int ib = 0; ib < super_block / kBlock; ++ib) {
+    const float* xb = x + ib * kBlock;
+    uint8_t* Lb = L + ib * kBlock;
+    for (int j = 0; j < kBlock; ++j) weight[j] = xb[j] * xb[j];
+    float amax = 0, max = 0;
+    for (int j = 0; j < kBlock; ++j) {
+      if (std::fabs(xb[j]) > amax) {
+        amax = std::fabs(xb[j]);
+        max = xb[j];
+      }
+    }
+    if (amax < kGroupMaxEps) {
+      scales[ib] = 0;
+      continue;
+    }
+    float d = -max / levels[0];
+    float id = 1 / d;
+    float sumqx = 0, sumq2 = 0;
+    for (int j = 0; j < kBlock; ++j) {
+      const int l = nearest_level(levels, id * xb[j]);
+      Lb[j] = static_cast<uint8_t>(l);
+      const float q = levels[l], w = weight[j];
+      sumqx += w * q * xb[j];
+      sumq2 += w * q * q;
+    }
+    d = sumqx / sumq2;
+    float best = d * sumqx;
+    for (int t = -kTries; t <= kTries; ++t) {
+      id = static_cast<float>(t + levels[0]) / max;
+      sumqx = sumq2 = 0;
+      for (int j = 0; j < kBlock; ++j) {
+        const float q = levels[nearest_level(levels, id * xb[j])], w = weight[j];
+        sumqx += w * q * xb[j];
+        sumq2 += w * q * q;
+      }
+      if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+        d = sumqx / sumq2;
+        best = d * sumqx;
+      }
+    }
+    scales[ib] = d;
+    if (std::fabs(d) > amax_scale) {
+      amax_scale = std::fabs(d);
+      max_scale = d;
+    }
+  }
+  if (super_block > kBlock) {
+    *scales_h = 0;
+    const float d = -max_scale / 32;
+    *d_out = float_to_fp16(d);
+    const float id = d != 0 ? 1 / d : 0.0f;
+    for (int ib = 0; ib < super_block / kBlock; ++ib) {
+      int l = std::clamp(nearest_int(id * scales[ib]), -32, 31);
+      const float dl = d * l;
+      const float idl = dl != 0 ? 1 / dl : 0.0f;
+      for (int j = 0; j < kBlock; ++j) L[ib * kBlock + j] = static_cast<uint8_t>(nearest_level(levels, idl * x[ib * kBlock + j]));
+      l += 32;
+      if (ib % 2 == 0) {
+        scales_l[ib / 2] = static_cast<uint8_t>(l & 0x0f);
+      } else {
+        scales_l[ib / 2] |= static_cast<uint8_t>((l & 0x0f) << 4);
+      }
+      *scales_h = static_cast<uint16_t>(*scales_h | (l >> 4) << (2 * ib));
+    }
+  } else {
+    *d_out = float_to_fp16(scales[0]);
+    const float id = scales[0] != 0 ? 1 / scales[0] : 0.0f;
+    for (int j = 0; j < super_block; ++j) L[j] = static_cast<uint8_t>(nearest_level(levels, id * x[j]));
+  }
+  for (int i = 0; i < super_block / 32; ++i) {
+    for (int j = 0; j < 16; ++j) qs[16 * i + j] = static_cast<uint8_t>(L[32 * i + j] | L[32 * i + 16 + j] << 4);
+  }
+}
+
+void quantize_iq4_nl(const float* src, uint8_t* dst, size_t n) {
+  for (size_t i = 0; i < n / kQK4_NL; ++i) {
+    BlockIQ4_NL b{};
+    quantize_iq4_super_block(kQK4_NL, src + i * kQK4_NL, &b.d, b.qs, nullptr, nullptr);
+    store_block(b, dst + i * sizeof b);
+  }
+}
+
+void quantize_iq4_xs(const float* src, uint8_t* dst, size_t n) {
+  for (size_t i = 0; i < n / kQK_K; ++i) {
+    BlockIQ4_XS b{};
+    quantize_iq4_super_block(kQK_K, src + i * kQK_K, &b.d, b.qs, &b.scales_h, b.scales_l);
+    store_block(b, dst + i * sizeof b);
+  }
+}
+
+// ggml's quantize_row_mxfp4_ref: the exponent that puts the largest value
+// near the top level, then each value's nearest level (the first on a tie).
+void quantize_mxfp4(const float* src, uint8_t* dst, size_t n) {
+  for (size_t i = 0; i < n / kQK_MXFP4; ++i) {
+    const float* x = src + i * kQK_MXFP4;
+    BlockMXFP4 b{};
+    float amax = 0;
+    for (int j = 0; j < kQK_MXFP4; ++j) amax = std::max(amax, std::fabs(x[j]));
+    b.e = amax > 0 ? static_cast<uint8_t>(static_cast<int>(std::floor(std::log2(amax)) - 2 + 127)) : 0;
+    const float d = e8m0_half(b.e);
+    const auto nearest = [d](float v) {
+      int best = 0;
+      float best_error = std::fabs(kMxfp4Levels[0] * d - v);
+      for (int l = 1; l < 16; ++l) {
+        const float error = std::fabs(kMxfp4Levels[l] * d - v);
+        if (error < best_error) {
+          best = l;
+          best_error = error;
+        }
+      }
+      return best;
+    };
+    for (int j = 0; j < kQK_MXFP4 / 2; ++j) {
+      b.qs[j] = static_cast<uint8_t>(nearest(x[j]) | nearest(x[j + kQK_MXFP4 / 2]) << 4);
+    }
+    store_block(b, dst + i * sizeof b);
+  }
+}
+
 void quantize_q8_k(const float* src, uint8_t* dst, size_t n) {
   for (size_t i = 0; i < n / kQK_K; ++i) {
     const float* x = src + i * kQK_K;
@@ -572,85 +936,127 @@ void quantize_q8_k(const float* src, uint8_t* dst, size_t n) {
   }
 }
 
-// The types no file holds: the engine's own in-memory forms.
-bool in_memory_only(TensorType type) {
-  return type == TensorType::kQ8_K || type == TensorType::kQ5_0Unpacked || type == TensorType::kQ5_1Unpacked;
+// ---- Plain floats ------------------------------------------------------------------
+
+void dequantize_f32(const uint8_t* src, float* dst, size_t n) { std::memcpy(dst, src, n * sizeof(float)); }
+
+void quantize_f32(const float* src, uint8_t* dst, size_t n) { std::memcpy(dst, src, n * sizeof(float)); }
+
+void dequantize_f16(const uint8_t* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    dst[i] = fp16_to_float(h);
+  }
 }
 
-const TensorTypeTraits* traits_of(TensorType type) {
-  switch (type) {
-    case TensorType::kF32: return &kF32Traits;
-    case TensorType::kF16: return &kF16Traits;
-    case TensorType::kBF16: return &kBF16Traits;
-    case TensorType::kQ4_0: return &kQ4_0Traits;
-    case TensorType::kQ4_1: return &kQ4_1Traits;
-    case TensorType::kQ5_0: return &kQ5_0Traits;
-    case TensorType::kQ5_1: return &kQ5_1Traits;
-    case TensorType::kQ8_0: return &kQ8_0Traits;
-    case TensorType::kQ4_K: return &kQ4_KTraits;
-    case TensorType::kQ5_K: return &kQ5_KTraits;
-    case TensorType::kQ6_K: return &kQ6_KTraits;
-    case TensorType::kQ8_K: return &kQ8_KTraits;
-    case TensorType::kQ5_0Unpacked: return &kQ5_0UnpackedTraits;
-    case TensorType::kQ5_1Unpacked: return &kQ5_1UnpackedTraits;
+void quantize_f16(const float* src, uint8_t* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t h = float_to_fp16(src[i]);
+    std::memcpy(dst + 2 * i, &h, 2);
   }
-  return nullptr;
+}
+
+void dequantize_bf16(const uint8_t* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    dst[i] = bf16_to_float(h);
+  }
+}
+
+void quantize_bf16(const float* src, uint8_t* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    // Round to nearest even on the dropped 16 bits (NaN stays NaN).
+    const uint32_t bits = float_to_bits(src[i]);
+    const uint16_t h = (bits & 0x7fffffffu) > 0x7f800000u
+                           ? static_cast<uint16_t>((bits >> 16) | 0x40u)
+                           : static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+    std::memcpy(dst + 2 * i, &h, 2);
+  }
+}
+
+// The unpacked types are written as their packed form, then unpacked.
+template <TensorType kPacked, typename Packed>
+void quantize_unpacked(const float* src, uint8_t* dst, size_t n) {
+  std::vector<uint8_t> blocks(n / kQK5_0 * sizeof(Packed));
+  quantize_row(kPacked, src, blocks.data(), n);
+  unpack_5bit_blocks(kPacked, blocks.data(), dst, n / kQK5_0);
+}
+
+// ---- The table ---------------------------------------------------------------------
+
+using T = TensorType;
+constexpr TensorTypeTraits kTypes[] = {
+    // type, name, block elements, block bytes, in files, to float, from float, row fallback, llama file type
+    {T::kF32, "F32", 1, 4, true, dequantize_f32, quantize_f32, T::kF16, 0},
+    {T::kF16, "F16", 1, 2, true, dequantize_f16, quantize_f16, T::kF16, 1},
+    {T::kBF16, "BF16", 1, 2, true, dequantize_bf16, quantize_bf16, T::kF16, 32},
+    {T::kQ4_0, "Q4_0", kQK4_0, sizeof(BlockQ4_0), true, dequantize_q4_0, quantize_q4_0, T::kF16, 2},
+    {T::kQ4_1, "Q4_1", kQK4_1, sizeof(BlockQ4_1), true, dequantize_q4_1, quantize_with_min<BlockQ4_1, 4>, T::kF16, 3},
+    {T::kQ5_0, "Q5_0", kQK5_0, sizeof(BlockQ5_0), true, dequantize_q5_0, quantize_q5_0, T::kF16, 8},
+    {T::kQ5_1, "Q5_1", kQK5_1, sizeof(BlockQ5_1), true, dequantize_q5_1, quantize_with_min<BlockQ5_1, 5>, T::kF16, 9},
+    {T::kQ8_0, "Q8_0", kQK8_0, sizeof(BlockQ8_0), true, dequantize_q8_0, quantize_q8_0, T::kF16, 7},
+    {T::kQ2_K, "Q2_K", kQK_K, sizeof(BlockQ2_K), true, dequantize_q2_k, quantize_q2_k, T::kIQ4_NL, 10},
+    {T::kQ3_K, "Q3_K", kQK_K, sizeof(BlockQ3_K), true, dequantize_q3_k, quantize_q3_k, T::kIQ4_NL, 11},
+    {T::kQ4_K, "Q4_K", kQK_K, sizeof(BlockQ4_K), true, dequantize_q45_k<BlockQ4_K, false>, quantize_q4_k, T::kQ5_0, 14},
+    {T::kQ5_K, "Q5_K", kQK_K, sizeof(BlockQ5_K), true, dequantize_q45_k<BlockQ5_K, true>, quantize_q5_k, T::kQ5_1, 16},
+    {T::kQ6_K, "Q6_K", kQK_K, sizeof(BlockQ6_K), true, dequantize_q6_k, quantize_q6_k, T::kQ8_0, 18},
+    {T::kIQ4_NL, "IQ4_NL", kQK4_NL, sizeof(BlockIQ4_NL), true, dequantize_iq4_nl, quantize_iq4_nl, T::kF16, 25},
+    {T::kIQ4_XS, "IQ4_XS", kQK_K, sizeof(BlockIQ4_XS), true, dequantize_iq4_xs, quantize_iq4_xs, T::kIQ4_NL, 30},
+    {T::kMXFP4, "MXFP4", kQK_MXFP4, sizeof(BlockMXFP4), true, dequantize_mxfp4, quantize_mxfp4, T::kF16, 38},
+    {T::kQ8_K, "Q8_K", kQK_K, sizeof(BlockQ8_K), false, dequantize_q8_k, quantize_q8_k, T::kF16, kNoFileType},
+    {T::kQ5_0Unpacked, "Q5_0 unpacked", kQK5_0, sizeof(BlockQ5_0Unpacked), false, dequantize_q5_0_unpacked,
+     quantize_unpacked<T::kQ5_0, BlockQ5_0>, T::kF16, kNoFileType},
+    {T::kQ5_1Unpacked, "Q5_1 unpacked", kQK5_1, sizeof(BlockQ5_1Unpacked), false, dequantize_q5_1_unpacked,
+     quantize_unpacked<T::kQ5_1, BlockQ5_1>, T::kF16, kNoFileType},
+};
+
+// kTypes indexed by type id (rows with no name: no such type).
+struct TypeIndex {
+  TensorTypeTraits by_id[kTensorTypeIdLimit] = {};
+  constexpr TypeIndex() {
+    for (const TensorTypeTraits& t : kTypes) by_id[static_cast<uint32_t>(t.type)] = t;
+  }
+};
+constexpr TypeIndex kTypeIndex;
+
+const TensorTypeTraits* find_type(uint32_t type_id) {
+  if (type_id >= kTensorTypeIdLimit || kTypeIndex.by_id[type_id].name == nullptr) return nullptr;
+  return &kTypeIndex.by_id[type_id];
 }
 
 }  // namespace
 
 const TensorTypeTraits* tensor_type_traits(uint32_t type_id) {
-  const auto type = static_cast<TensorType>(type_id);
-  return in_memory_only(type) ? nullptr : traits_of(type);
+  const TensorTypeTraits* traits = find_type(type_id);
+  return traits != nullptr && traits->in_files ? traits : nullptr;
 }
 
-const TensorTypeTraits& tensor_type_traits(TensorType type) { return *traits_of(type); }
+const TensorTypeTraits& tensor_type_traits(TensorType type) {
+  const TensorTypeTraits* traits = find_type(static_cast<uint32_t>(type));
+  if (traits == nullptr) {
+    throw Error(ErrorKind::kInvalidArgument, "no tensor type " + std::to_string(static_cast<uint32_t>(type)));
+  }
+  return *traits;
+}
 
 std::string tensor_type_name(uint32_t type_id) {
-  if (in_memory_only(static_cast<TensorType>(type_id))) return traits_of(static_cast<TensorType>(type_id))->name;
+  if (const TensorTypeTraits* traits = find_type(type_id)) return traits->name;
   // ggml's names for the types this engine does not read, so errors can say
-  // "Q2_K" rather than a number.
+  // "IQ2_XXS" rather than a number.
   static const char* const kGgmlNames[] = {
       "F32",  "F16",  "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0",    "Q5_1",    "Q8_0", "Q8_1",
       "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS",  "IQ3_XXS",
       "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64",
-      "IQ1_M", "BF16"};
+      "IQ1_M", "BF16", "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4",
+      "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4"};
   if (type_id < sizeof(kGgmlNames) / sizeof(kGgmlNames[0])) return kGgmlNames[type_id];
   return "type " + std::to_string(type_id);
 }
 
 void dequantize_row(TensorType type, const void* src, float* dst, size_t n) {
-  const auto* bytes = static_cast<const uint8_t*>(src);
-  switch (type) {
-    case TensorType::kF32:
-      std::memcpy(dst, bytes, n * sizeof(float));
-      return;
-    case TensorType::kF16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, bytes + 2 * i, 2);
-        dst[i] = fp16_to_float(h);
-      }
-      return;
-    case TensorType::kBF16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, bytes + 2 * i, 2);
-        dst[i] = bf16_to_float(h);
-      }
-      return;
-    case TensorType::kQ4_0: dequantize_q4_0(bytes, dst, n); return;
-    case TensorType::kQ4_1: dequantize_q4_1(bytes, dst, n); return;
-    case TensorType::kQ5_0: dequantize_q5_0(bytes, dst, n); return;
-    case TensorType::kQ5_1: dequantize_q5_1(bytes, dst, n); return;
-    case TensorType::kQ8_0: dequantize_q8_0(bytes, dst, n); return;
-    case TensorType::kQ4_K: dequantize_q45_k<BlockQ4_K, false>(bytes, dst, n); return;
-    case TensorType::kQ5_K: dequantize_q45_k<BlockQ5_K, true>(bytes, dst, n); return;
-    case TensorType::kQ6_K: dequantize_q6_k(bytes, dst, n); return;
-    case TensorType::kQ8_K: dequantize_q8_k(bytes, dst, n); return;
-    case TensorType::kQ5_0Unpacked: dequantize_q5_0_unpacked(bytes, dst, n); return;
-    case TensorType::kQ5_1Unpacked: dequantize_q5_1_unpacked(bytes, dst, n); return;
-  }
+  tensor_type_traits(type).to_float(static_cast<const uint8_t*>(src), dst, n);
 }
 
 TensorType unpacked_type(TensorType type) {
@@ -690,45 +1096,7 @@ void unpack_5bit_blocks(TensorType type, const uint8_t* src, uint8_t* dst, size_
 }
 
 void quantize_row(TensorType type, const float* src, void* dst, size_t n) {
-  auto* bytes = static_cast<uint8_t*>(dst);
-  switch (type) {
-    case TensorType::kF32:
-      std::memcpy(bytes, src, n * sizeof(float));
-      return;
-    case TensorType::kF16:
-      for (size_t i = 0; i < n; ++i) {
-        const uint16_t h = float_to_fp16(src[i]);
-        std::memcpy(bytes + 2 * i, &h, 2);
-      }
-      return;
-    case TensorType::kBF16:
-      for (size_t i = 0; i < n; ++i) {
-        // Round to nearest even on the dropped 16 bits (NaN stays NaN).
-        uint32_t bits = float_to_bits(src[i]);
-        const uint16_t h = (bits & 0x7fffffffu) > 0x7f800000u
-                               ? static_cast<uint16_t>((bits >> 16) | 0x40u)
-                               : static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-        std::memcpy(bytes + 2 * i, &h, 2);
-      }
-      return;
-    case TensorType::kQ4_0: quantize_q4_0(src, bytes, n); return;
-    case TensorType::kQ4_1: quantize_with_min<BlockQ4_1, 4>(src, bytes, n); return;
-    case TensorType::kQ5_0: quantize_q5_0(src, bytes, n); return;
-    case TensorType::kQ5_1: quantize_with_min<BlockQ5_1, 5>(src, bytes, n); return;
-    case TensorType::kQ8_0: quantize_q8_0(src, bytes, n); return;
-    case TensorType::kQ4_K: quantize_q4_k(src, bytes, n); return;
-    case TensorType::kQ5_K: quantize_q5_k(src, bytes, n); return;
-    case TensorType::kQ6_K: quantize_q6_k(src, bytes, n); return;
-    case TensorType::kQ8_K: quantize_q8_k(src, bytes, n); return;
-    case TensorType::kQ5_0Unpacked:
-    case TensorType::kQ5_1Unpacked: {
-      const TensorType packed = type == TensorType::kQ5_0Unpacked ? TensorType::kQ5_0 : TensorType::kQ5_1;
-      std::vector<uint8_t> blocks(tensor_bytes(tensor_type_traits(packed), n));
-      quantize_row(packed, src, blocks.data(), n);
-      unpack_5bit_blocks(packed, blocks.data(), bytes, n / kQK5_0);
-      return;
-    }
-  }
+  tensor_type_traits(type).from_float(src, static_cast<uint8_t*>(dst), n);
 }
 
 }  // namespace sipllm

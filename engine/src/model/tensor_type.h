@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 namespace sipllm {
@@ -20,29 +21,61 @@ enum class TensorType : uint32_t {
   kQ5_0 = 6,
   kQ5_1 = 7,
   kQ8_0 = 8,
+  kQ2_K = 10,
+  kQ3_K = 11,
   kQ4_K = 12,
   kQ5_K = 13,
   kQ6_K = 14,
   // ggml's 8-bit activation type for K-quant dot products. It lives only in
   // memory: tensor_type_traits(uint32_t) refuses it, so no file can use it.
   kQ8_K = 15,
+  kIQ4_NL = 20,
+  kIQ4_XS = 23,
   kBF16 = 30,
+  kMXFP4 = 39,
   // Q5_0 and Q5_1 with each 5-bit value in a byte of its own (see
   // unpack_5bit_blocks), a form the loader may keep them in for faster
   // kernels. In memory only, like Q8_K; ids past ggml's.
-  kQ5_0Unpacked = 256 + 6,
-  kQ5_1Unpacked = 256 + 7,
+  kQ5_0Unpacked = 64 + 6,
+  kQ5_1Unpacked = 64 + 7,
 };
 
+// Type ids are below this (the in-memory ones included): tables of types
+// are arrays indexed by id.
+constexpr uint32_t kTensorTypeIdLimit = 72;
+
+// Expands n elements (a whole number of blocks) to floats; encodes n floats.
+using ToFloatFn = void (*)(const uint8_t* src, float* dst, size_t n);
+using FromFloatFn = void (*)(const float* src, uint8_t* dst, size_t n);
+
+// Everything the engine knows about a type, in one row of one table (see
+// tensor_type.cpp), as ggml keeps one traits row per type. The kernels keep
+// a parallel table (kernels/matmul.cpp).
 struct TensorTypeTraits {
-  const char* name;
-  uint32_t block_elements;  // elements per block (1 for plain floats)
-  uint32_t block_bytes;     // bytes per block
+  TensorType type = TensorType::kF32;
+  const char* name = nullptr;   // nullptr: no type has this id
+  uint32_t block_elements = 0;  // elements per block (1 for plain floats)
+  uint32_t block_bytes = 0;     // bytes per block
+  bool in_files = false;        // a file may hold it (false: the engine's in-memory forms)
+  // The scalar dequantisation: bit for bit ggml's dequantize_row_*, and the
+  // reference every kernel is tested against.
+  ToFloatFn to_float = nullptr;
+  // ggml's reference quantizer, bit for bit (quantize_row_*_ref; IQ4_NL's
+  // and IQ4_XS's without an importance matrix), so that generated files are
+  // what llama-quantize writes.
+  FromFloatFn from_float = nullptr;
+  // What llama-quantize writes instead when rows are not a whole number of
+  // blocks (its tensor_type_fallback; F16 when that does not fit either).
+  TensorType row_fallback = TensorType::kF16;
+  // llama.cpp's general.file_type of a file all of this type (its
+  // llama_ftype); kNoFileType for the in-memory types.
+  uint32_t llama_file_type = 0;
 };
+constexpr uint32_t kNoFileType = ~0u;
 
 // The traits of a type id read from a file; nullptr when the engine cannot
-// read that type from a file (unknown ids, Q2_K, Q3_K, the IQ types, and the
-// in-memory types).
+// read that type from a file (unknown ids, the IQ types but IQ4_NL and
+// IQ4_XS, and the in-memory types).
 const TensorTypeTraits* tensor_type_traits(uint32_t type_id);
 // The traits of any TensorType, the in-memory ones included.
 const TensorTypeTraits& tensor_type_traits(TensorType type);
@@ -186,6 +219,87 @@ static_assert(offsetof(BlockQ6_K, qh) == 128 && offsetof(BlockQ6_K, scales) == 1
                   offsetof(BlockQ6_K, d) == 208,
               "Q6_K layout");
 
+// Q2_K: sixteen sub-blocks of 16, each with a 4-bit scale (low nibble of
+// scales[j]) and a 4-bit min (high nibble); element x = d * scale_j * q -
+// dmin * min_j, q in 0..3. The 256 elements are two halves of 128 using
+// qs + 32h; within half h, bits 2s-2s+1 of qs[l] (l in 0..31) are element
+// 128h + 32s + l, of sub-block 8h + 2s + l / 16.
+struct BlockQ2_K {
+  uint8_t scales[kQK_K / 16];
+  uint8_t qs[kQK_K / 4];
+  uint16_t d;     // fp16 scale of the scales
+  uint16_t dmin;  // fp16 scale of the mins
+};
+static_assert(sizeof(BlockQ2_K) == 84, "Q2_K block is 84 bytes");
+static_assert(offsetof(BlockQ2_K, qs) == 16 && offsetof(BlockQ2_K, d) == 80, "Q2_K layout");
+
+// Q3_K: sixteen sub-blocks of 16 with a 6-bit scale each (q3_k_scale);
+// element x = d * (scale_j - 32) * (q - 4), q in 0..7. The low two bits of
+// q lie as Q2_K's do; the third is bit 4h + s of hmask[l] for the element
+// 128h + 32s + l.
+struct BlockQ3_K {
+  uint8_t hmask[kQK_K / 8];
+  uint8_t qs[kQK_K / 4];
+  uint8_t scales[kKScaleBytes];
+  uint16_t d;  // fp16 scale of the scales
+};
+static_assert(sizeof(BlockQ3_K) == 110, "Q3_K block is 110 bytes");
+static_assert(offsetof(BlockQ3_K, qs) == 32 && offsetof(BlockQ3_K, scales) == 96 && offsetof(BlockQ3_K, d) == 108,
+              "Q3_K layout");
+
+// The 6-bit scale of sub-block j (0..15) of a Q3_K block: its low four bits
+// are the low (j < 8) or high nibble of scales[j % 8], its top two bits
+// bits 2(j / 4)..2(j / 4) + 1 of scales[8 + j % 4].
+inline int q3_k_scale(const uint8_t* scales, int j) {
+  const int low = (scales[j % 8] >> (j < 8 ? 0 : 4)) & 0x0f;
+  const int high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return low | high << 4;
+}
+
+// IQ4_NL and IQ4_XS map each 4-bit index to one of sixteen non-uniform levels.
+constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// IQ4_NL: x = d * kIq4Levels[index], the indices as Q4_0's values (the half split).
+constexpr int kQK4_NL = 32;
+struct BlockIQ4_NL {
+  uint16_t d;  // fp16 scale
+  uint8_t qs[kQK4_NL / 2];
+};
+static_assert(sizeof(BlockIQ4_NL) == 18, "IQ4_NL block is 18 bytes");
+
+// IQ4_XS: eight sub-blocks of 32 as IQ4_NL's blocks, with a 6-bit scale each
+// instead of an fp16 one: x = d * (scale_j - 32) * kIq4Levels[index]. Scale j
+// takes its low four bits from nibble j % 2 of scales_l[j / 2], its top two
+// from bits 2j..2j + 1 of scales_h.
+struct BlockIQ4_XS {
+  uint16_t d;         // fp16 scale of the scales
+  uint16_t scales_h;  // little-endian
+  uint8_t scales_l[kQK_K / 64];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockIQ4_XS) == 136, "IQ4_XS block is 136 bytes");
+static_assert(offsetof(BlockIQ4_XS, scales_l) == 4 && offsetof(BlockIQ4_XS, qs) == 8, "IQ4_XS layout");
+
+// MXFP4 (OCP microscaling FP4): a shared power-of-two scale e (E8M0) and 4-bit
+// E2M1 values, stored doubled as kMxfp4Levels; x = e8m0_half(e) * level. The
+// values lie as Q4_0's (the half split).
+constexpr int kQK_MXFP4 = 32;
+constexpr int8_t kMxfp4Levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+struct BlockMXFP4 {
+  uint8_t e;
+  uint8_t qs[kQK_MXFP4 / 2];
+};
+static_assert(sizeof(BlockMXFP4) == 17, "MXFP4 block is 17 bytes");
+
+// Half of 2^(e - 127), as a float (exact; e = 0 and 1 give subnormals), which
+// makes up for kMxfp4Levels being twice the E2M1 values.
+inline float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
 // Q8_K: activations quantized for K-quant dot products. A float (not fp16)
 // scale, x = d * q, and bsums[i] = sum of qs[16i .. 16i + 15], which lets a
 // dot product apply the weights' per-sub-block mins without touching qs.
@@ -222,7 +336,7 @@ TensorType unpacked_type(TensorType type);
 void unpack_5bit_blocks(TensorType type, const uint8_t* src, uint8_t* dst, size_t n_blocks);
 
 // Expands `n` elements (a whole number of blocks) of `type` at `src` to
-// floats. The scalar reference every SIMD kernel is tested against.
+// floats: the type's to_float.
 void dequantize_row(TensorType type, const void* src, float* dst, size_t n);
 
 // Encodes `n` floats (a whole number of blocks) as `type`, rounding as ggml's

@@ -4,9 +4,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "model/half.h"
+#include "sipllm/error.h"
+#include "test_support.h"
 
 namespace sipllm {
 namespace {
@@ -113,10 +116,100 @@ TEST(TensorType, TraitsMatchGgml) {
   EXPECT_EQ(tensor_type_traits(TensorType::kQ8_0).block_bytes, 34u);
   EXPECT_EQ(tensor_type_traits(TensorType::kQ4_0).block_bytes, 18u);
   EXPECT_EQ(tensor_type_traits(TensorType::kBF16).block_bytes, 2u);
-  EXPECT_EQ(tensor_type_traits(10), nullptr);  // Q2_K: not read
-  EXPECT_EQ(tensor_type_name(10), "Q2_K");
+  EXPECT_EQ(tensor_type_traits(10)->block_bytes, 84u);  // Q2_K
+  EXPECT_EQ(tensor_type_traits(16), nullptr);  // IQ2_XXS: not read
+  EXPECT_EQ(tensor_type_traits(15), nullptr);  // Q8_K: in memory only
+  EXPECT_EQ(tensor_type_name(16), "IQ2_XXS");
+  EXPECT_EQ(tensor_type_name(39), "MXFP4");
   EXPECT_EQ(tensor_type_name(12), "Q4_K");
   EXPECT_EQ(tensor_type_name(999), "type 999");
+}
+
+// Every row of the table sits at its own id, and says what it is.
+TEST(TensorType, TheTableIsIndexedByIdAndComplete) {
+  int readable = 0;
+  for (uint32_t id = 0; id < kTensorTypeIdLimit; ++id) {
+    const TensorTypeTraits* traits = tensor_type_traits(id);
+    if (traits == nullptr) continue;
+    ++readable;
+    SCOPED_TRACE(traits->name);
+    EXPECT_EQ(static_cast<uint32_t>(traits->type), id);
+    EXPECT_EQ(&tensor_type_traits(traits->type), traits);
+    EXPECT_EQ(tensor_type_name(id), traits->name);
+    EXPECT_NE(traits->to_float, nullptr);
+    EXPECT_GT(traits->block_bytes, 0u);
+    EXPECT_NE(traits->llama_file_type, kNoFileType);
+    EXPECT_EQ(tensor_type_traits(traits->row_fallback).block_elements == 1 ||
+                  tensor_type_traits(traits->row_fallback).block_elements < traits->block_elements,
+              true)
+        << "a fallback takes shorter rows";
+  }
+  EXPECT_EQ(readable, 16);  // F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K..Q6_K IQ4_NL IQ4_XS MXFP4
+  for (TensorType t : {TensorType::kQ8_K, TensorType::kQ5_0Unpacked, TensorType::kQ5_1Unpacked}) {
+    EXPECT_FALSE(tensor_type_traits(t).in_files);
+    EXPECT_EQ(tensor_type_traits(static_cast<uint32_t>(t)), nullptr);
+  }
+}
+
+TEST(TensorType, AnUnknownTypeIsAClearError) {
+  std::vector<float> x(256, 0.5f);
+  std::vector<uint8_t> out(1024);
+  try {
+    quantize_row(static_cast<TensorType>(16), x.data(), out.data(), x.size());  // IQ2_XXS: not in the table
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("16"), std::string::npos) << e.what();
+  }
+}
+
+// llama.cpp's own quantizations of a few rows and its dequantizations of them
+// (tests/fixtures/quant, made with ggml's library): the engine reads every
+// block to the same floats, bit for bit.
+TEST(TensorType, DequantizationIsLlamaCppsBitForBit) {
+  for (const char* name : {"Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS", "MXFP4"}) {
+    SCOPED_TRACE(name);
+    const test::GgmlOracle o = test::read_ggml_oracle(name);
+    const TensorTypeTraits* traits = tensor_type_traits(o.type_id);
+    ASSERT_NE(traits, nullptr);
+    EXPECT_EQ(std::string(traits->name), name);
+    ASSERT_EQ(tensor_bytes(*traits, o.cols), o.row_bytes);
+    std::vector<float> ours(o.floats.size(), -7.0f);
+    for (uint32_t r = 0; r < o.rows; ++r) {
+      dequantize_row(traits->type, o.bytes.data() + static_cast<size_t>(r) * o.row_bytes,
+                     ours.data() + static_cast<size_t>(r) * o.cols, o.cols);
+    }
+    size_t nonzero = 0;
+    for (size_t i = 0; i < ours.size(); ++i) {
+      uint32_t a, b;
+      std::memcpy(&a, &ours[i], 4);
+      std::memcpy(&b, &o.floats[i], 4);
+      ASSERT_EQ(a, b) << "element " << i << ": " << ours[i] << " against llama.cpp's " << o.floats[i];
+      nonzero += o.floats[i] != 0.0f;
+    }
+    EXPECT_GT(nonzero, ours.size() / 2) << "the oracle's rows are mostly zeros: it tests little";
+  }
+}
+
+// And quantizes the same floats to the same bytes, as llama-quantize does
+// without an importance matrix: files the generator writes in these types
+// are what llama.cpp would write.
+TEST(TensorType, QuantizationIsLlamaCppsBitForBit) {
+  for (const char* name : {"Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS", "MXFP4"}) {
+    SCOPED_TRACE(name);
+    const test::GgmlOracle o = test::read_ggml_oracle(name);
+    const TensorTypeTraits& traits = *tensor_type_traits(o.type_id);
+    ASSERT_NE(traits.from_float, nullptr);
+    for (uint32_t r = 0; r < o.rows; ++r) {
+      std::vector<uint8_t> ours(o.row_bytes, 0xee);
+      quantize_row(traits.type, o.inputs.data() + static_cast<size_t>(r) * o.cols, ours.data(), o.cols);
+      const uint8_t* theirs = o.bytes.data() + static_cast<size_t>(r) * o.row_bytes;
+      for (uint32_t i = 0; i < o.row_bytes; ++i) {
+        ASSERT_EQ(ours[i], theirs[i]) << "row " << r << ", byte " << i << " (block " << i / traits.block_bytes
+                                      << ", byte " << i % traits.block_bytes << " of it)";
+      }
+    }
+  }
 }
 
 }  // namespace
