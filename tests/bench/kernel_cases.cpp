@@ -9,7 +9,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/rope.h"
 #include "kernels/simd.h"
-#include "runtime/thread_pool.h"
+#include "core/thread_pool.h"
 
 namespace sipllm::bench {
 namespace {
@@ -159,7 +159,7 @@ VectorFixture::VectorFixture(const VectorCase& c) : case_(c) {
     cache_->reserve(256);
     const std::vector<float> kv = random_floats(2 * 256 * 3 * 64, 1.0f, 5);
     for (int t = 0; t < 256; ++t) {
-      cache_->store(0, t, &kv[static_cast<size_t>(t) * 192], &kv[static_cast<size_t>(256 + t) * 192]);
+      store_kv(*cache_, 0, t, &kv[static_cast<size_t>(t) * 192], &kv[static_cast<size_t>(256 + t) * 192]);
     }
     queries_ = random_floats(128 * 14 * 64, 1.0f, 6);  // rows of 128 positions, for the prefill cases
     outputs_.resize(queries_.size());

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kernels/matmul.h"
-#include "runtime/kv_cache.h"
+#include "core/kv_cache.h"
 #include "model/tensor_type.h"
 
 namespace sipllm {

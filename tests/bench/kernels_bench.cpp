@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "kernel_cases.h"
-#include "runtime/thread_pool.h"
+#include "core/thread_pool.h"
 
 namespace sipllm::bench {
 namespace {

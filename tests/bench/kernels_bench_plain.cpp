@@ -8,7 +8,7 @@
 #include <string>
 
 #include "kernel_cases.h"
-#include "runtime/thread_pool.h"
+#include "core/thread_pool.h"
 
 namespace sipllm::bench {
 namespace {

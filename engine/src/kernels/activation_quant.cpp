@@ -6,7 +6,7 @@
 
 #include "kernels/simd.h"
 #include "model/half.h"
-#include "runtime/thread_pool.h"
+#include "core/thread_pool.h"
 
 namespace sipllm {
 namespace {

@@ -9,7 +9,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/simd.h"
 #include "model/half.h"
-#include "runtime/thread_pool.h"
+#include "core/thread_pool.h"
 #include "sipllm/error.h"
 
 namespace sipllm {
@@ -721,6 +721,19 @@ void attention(const float* q, int n, int start_pos, const KvCache& cache, int l
       attend_heads(q + offset, start_pos + i, h, n_group, cache, layer, shape, out + offset, scores);
     }
   });
+}
+
+void store_kv(KvCache& cache, int layer, int pos, const float* key, const float* value) {
+  const int kv_dim = cache.kv_dim(layer);
+  void* k = cache.key_row(layer, pos);
+  void* v = cache.value_row(layer, pos);
+  if (cache.type() == KvCacheType::kF32) {
+    std::memcpy(k, key, static_cast<size_t>(kv_dim) * sizeof(float));
+    std::memcpy(v, value, static_cast<size_t>(kv_dim) * sizeof(float));
+    return;
+  }
+  const bool key_non_finite = floats_to_halves(key, static_cast<uint16_t*>(k), kv_dim);
+  if (floats_to_halves(value, static_cast<uint16_t*>(v), kv_dim) || key_non_finite) cache.note_non_finite_half();
 }
 
 }  // namespace sipllm

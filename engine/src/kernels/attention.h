@@ -23,7 +23,7 @@
 
 #include <vector>
 
-#include "runtime/kv_cache.h"
+#include "core/kv_cache.h"
 
 namespace sipllm {
 
@@ -50,6 +50,10 @@ struct AttentionShape {
 // does not depend on how it is split into chunks.
 enum class AttentionPath { kOneChunk, kTiled };
 inline constexpr int kTiledMinQueries = 64;  // ggml's GGML_FA_TILE_Q
+
+// Writes the key and value rows (the layer's kv_dim floats each) of `pos` in
+// `layer` of the cache, rounded to its type.
+void store_kv(KvCache& cache, int layer, int pos, const float* key, const float* value);
 
 // One head of one position, in double precision: the tests' reference. The
 // query is rounded to F16 for an F16 cache on the one-chunk path, as there.

@@ -21,10 +21,10 @@
 #include "kernels/matmul.h"
 #include "kernels/rope.h"
 #include "kernels/simd.h"
-#include "runtime/kv_cache.h"
+#include "core/kv_cache.h"
 #include "sipllm/error.h"
 #include "model/tensor_type.h"
-#include "runtime/thread_pool.h"
+#include "core/thread_pool.h"
 
 namespace sipllm {
 namespace {
@@ -1128,7 +1128,7 @@ TEST(KernelsAttention, MatchesReferenceAndIsBatchAndThreadInvariant) {
     for (int t = 0; t < n; ++t) {
       const std::vector<float> k = random_floats(rng, static_cast<size_t>(kv_dim), 2.0f);
       const std::vector<float> v = random_floats(rng, static_cast<size_t>(kv_dim));
-      cache.store(1, t, k.data(), v.data());
+      store_kv(cache, 1, t, k.data(), v.data());
     }
     const std::vector<float> q = random_floats(rng, static_cast<size_t>(n) * dim);
     ThreadPool one(1), three(3);
@@ -1181,7 +1181,7 @@ TEST(KernelsAttention, OneQueryOverAnF16CacheSumsValuesAsGgmlDoes) {
   for (int t = 0; t < n; ++t) {
     k[0] = fp16_to_float(float_to_fp16(key(rng)));
     v = random_floats(rng, head_dim);
-    cache.store(0, t, k.data(), v.data());
+    store_kv(cache, 0, t, k.data(), v.data());
   }
   const float head_factor[3] = {1.0f, -0.5f, 2.0f};
   std::vector<float> q(static_cast<size_t>(3 * head_dim), 0.0f);
@@ -1231,13 +1231,13 @@ TEST(KernelsAttention, AnF16CacheKnowsWhetherItsHalvesAreFinite) {
   KvCache cache(1, kv_dim, 16, KvCacheType::kF16, {}, 4);
   cache.reserve(3);
   std::vector<float> k(kv_dim, 1.5f), v(kv_dim, -0.25f);
-  cache.store(0, 0, k.data(), v.data());
+  store_kv(cache, 0, 0, k.data(), v.data());
   EXPECT_TRUE(cache.halves_finite());
   v[5] = 70000.0f;
-  cache.store(0, 1, k.data(), v.data());
+  store_kv(cache, 0, 1, k.data(), v.data());
   EXPECT_FALSE(cache.halves_finite());
   v[5] = 1.0f;
-  cache.store(0, 2, k.data(), v.data());
+  store_kv(cache, 0, 2, k.data(), v.data());
   EXPECT_FALSE(cache.halves_finite()) << "position 1 still holds the infinity";
 
   // Read as an infinity, not as a large number: element 5 of the output is
@@ -1260,7 +1260,7 @@ TEST(KernelsAttention, AnF16CacheKnowsWhetherItsHalvesAreFinite) {
   KvCache floats(1, kv_dim, 16, KvCacheType::kF32, {}, 4);
   floats.reserve(1);
   v[5] = INFINITY;
-  floats.store(0, 0, k.data(), v.data());
+  store_kv(floats, 0, 0, k.data(), v.data());
   EXPECT_TRUE(floats.halves_finite());
 }
 
@@ -1279,7 +1279,7 @@ TEST(KernelsAttention, KvCachePagesAreAPowerOfTwoPositions) {
   cache.reserve(40);
   for (int t = 0; t < 40; ++t) {
     const std::vector<float> row(8, static_cast<float>(t));
-    cache.store(0, t, row.data(), row.data());
+    store_kv(cache, 0, t, row.data(), row.data());
   }
   for (int t = 0; t < 40; ++t) EXPECT_EQ(cache.key<float>(0, t)[7], static_cast<float>(t)) << t;
 }
@@ -1304,7 +1304,7 @@ TEST(KernelsAttention, SlidingWindowSeesOnlyTheWindowAndARingCacheSuffices) {
     for (int t = first; t < first + chunk; ++t) {
       const std::vector<float> k = random_floats(rng, static_cast<size_t>(kv_dim), 2.0f);
       const std::vector<float> v = random_floats(rng, static_cast<size_t>(kv_dim));
-      for (KvCache* c : {&full, &ring, &other}) c->store(0, t, k.data(), v.data());
+      for (KvCache* c : {&full, &ring, &other}) store_kv(*c, 0, t, k.data(), v.data());
     }
     const size_t offset = static_cast<size_t>(first) * dim;
     attention(q.data() + offset, chunk, first, full, 0, shape, out_full.data() + offset, pool, scratch);
@@ -1314,7 +1314,7 @@ TEST(KernelsAttention, SlidingWindowSeesOnlyTheWindowAndARingCacheSuffices) {
   // Scramble everything older than the last position's window.
   for (int t = 0; t < n - window; ++t) {
     const std::vector<float> junk = random_floats(rng, static_cast<size_t>(kv_dim), 50.0f);
-    other.store(0, t, junk.data(), junk.data());
+    store_kv(other, 0, t, junk.data(), junk.data());
   }
   const size_t last = static_cast<size_t>(n - 1) * dim;
   attention(q.data() + last, 1, n - 1, other, 0, shape, out_other.data() + last, pool, scratch);

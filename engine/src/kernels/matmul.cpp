@@ -9,7 +9,7 @@
 #include "kernels/quant_dot.h"
 #include "kernels/simd.h"
 #include "sipllm/error.h"
-#include "runtime/thread_pool.h"
+#include "core/thread_pool.h"
 
 namespace sipllm {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "kernels/simd.h"
-#include "runtime/thread_pool.h"
+#include "core/thread_pool.h"
 
 namespace sipllm {
 namespace {

@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "runtime/thread_pool.h"
+#include "core/thread_pool.h"
 
 namespace sipllm {
 namespace {

@@ -17,9 +17,9 @@
 // rope_reference() bit for bit. dims is at most 1024.
 #pragma once
 
-namespace sipllm {
+#include "model/rope_style.h"
 
-enum class RopeStyle { kNormal, kNeox };
+namespace sipllm {
 
 struct RopeParams {
   int dims = 0;  // rotating elements of each head (even)

@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/rope.h"
 #include "model/gguf.h"
+#include "model/rope_style.h"
 #include "model/unit_weights.h"
 
 namespace sipllm {
@@ -109,7 +109,7 @@ struct LayerShape;
 struct Family {
   std::string architecture;       // general.architecture
   std::vector<TensorSpec> block;  // a transformer block's tensors
-  RopeStyle rope_style = RopeStyle::kNormal;  // which elements pair up (kernels/rope.h)
+  RopeStyle rope_style = RopeStyle::kNormal;  // which elements pair up (model/rope_style.h)
   RopeFactors rope_factors = RopeFactors::kNone;
   FeedForward feed_forward = FeedForward::kSwiGlu;
   bool scale_embedding = false;  // embeddings times sqrt(embedding_length) (Gemma)

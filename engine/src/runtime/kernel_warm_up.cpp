@@ -7,7 +7,7 @@
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "runtime/layer_loader.h"
-#include "runtime/thread_pool.h"
+#include "core/thread_pool.h"
 
 namespace sipllm {
 
@@ -70,7 +70,7 @@ KernelWarmUp::KernelWarmUp(const ModelDescription& model, KvCacheType kv_cache_t
   const auto kv_dim = static_cast<size_t>(shape_.kv_dim());
   for (int pos = 0; pos < kPositions; ++pos) {
     const float* row = &k_[static_cast<size_t>(pos) * kv_dim];
-    cache_.store(0, pos, row, row);
+    store_kv(cache_, 0, pos, row, row);
   }
   const GgufTensorInfo* embd = model.token_embd;
   if (embd != nullptr && embd->row_length() == static_cast<uint64_t>(shape_.dim)) {

@@ -12,7 +12,7 @@
 #include "kernels/matmul.h"
 #include "kernels/rope.h"
 #include "model/model_description.h"
-#include "runtime/kv_cache.h"
+#include "core/kv_cache.h"
 
 namespace sipllm {
 

@@ -35,7 +35,9 @@
 #include "model/model_description.h"
 #include "runtime/recent_rows.h"
 #include "model/unit_weights.h"
-#include "sipllm/engine.h"
+#include "sipllm/error.h"
+#include "sipllm/options.h"
+#include "sipllm/stats.h"
 #include "sipllm/weight_source.h"
 
 namespace sipllm {

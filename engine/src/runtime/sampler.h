@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "sipllm/engine.h"
+#include "sipllm/options.h"
 
 namespace sipllm {
 

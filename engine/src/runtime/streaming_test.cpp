@@ -18,7 +18,7 @@
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "model/gguf.h"
-#include "runtime/kv_cache.h"
+#include "core/kv_cache.h"
 #include "runtime/layer_loader.h"
 #include "model/model_description.h"
 #include "sipllm/engine.h"

@@ -405,7 +405,7 @@ void Transformer::attend(int layer, const UnitWeights& w, int n, const std::vect
     if (model_.family->value_norm) norm_heads(v, s.n_kv_heads, ones_.data());
     if (table != nullptr) rope_rotate(k, s.n_kv_heads, head_dim, rope_[static_cast<size_t>(this_layer.rotary)], table);
     const RowSlot& slot = row_slots_[static_cast<size_t>(i)];
-    slot.cache->store(layer, slot.pos, k, v);
+    store_kv(*slot.cache, layer, slot.pos, k, v);
   });
   AttentionShape shape;
   shape.n_heads = s.n_heads;

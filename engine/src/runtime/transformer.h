@@ -19,10 +19,10 @@
 #include "kernels/activation_quant.h"
 #include "kernels/rope.h"
 #include "model/model_description.h"
-#include "runtime/kv_cache.h"
+#include "core/kv_cache.h"
 #include "runtime/layer_loader.h"
 #include "runtime/recurrent_state.h"
-#include "runtime/thread_pool.h"
+#include "core/thread_pool.h"
 
 namespace sipllm {
 

@@ -23,8 +23,8 @@
 #include <thread>
 #include <vector>
 
-#include "sipllm/engine.h"
 #include "sipllm/engine_probe.h"
+#include "sipllm/stats.h"
 
 namespace sipllm {
 
@@ -52,7 +52,7 @@ class ThreadPool {
   int parked_workers() const { return parked_.load(); }
 
   // The calling thread's time in loops of more than one chunk since the pool
-  // was made (ParallelTime in engine.h says what it is for).
+  // was made (ParallelTime in sipllm/stats.h says what it is for).
   ParallelTime time() const { return time_; }
 
  private:

@@ -1,11 +1,10 @@
-#include "runtime/kv_cache.h"
+#include "core/kv_cache.h"
 
 #include <algorithm>
 #include <bit>
 #include <cstring>
 #include <string>
 
-#include "kernels/elementwise.h"
 #include "sipllm/error.h"
 
 namespace sipllm {
@@ -67,21 +66,6 @@ size_t KvCache::growth_bytes(int n_positions) const {
     if (pages_needed > have) bytes += 2 * (pages_needed - have) * page_bytes;
   }
   return bytes;
-}
-
-void KvCache::store(int layer, int pos, const float* key, const float* value) {
-  const int kv_dim = kv_dims_[static_cast<size_t>(layer)];
-  auto* k = const_cast<void*>(row(keys_, layer, pos, element_bytes()));
-  auto* v = const_cast<void*>(row(values_, layer, pos, element_bytes()));
-  if (type_ == KvCacheType::kF32) {
-    std::memcpy(k, key, static_cast<size_t>(kv_dim) * sizeof(float));
-    std::memcpy(v, value, static_cast<size_t>(kv_dim) * sizeof(float));
-    return;
-  }
-  auto* k16 = static_cast<uint16_t*>(k);
-  auto* v16 = static_cast<uint16_t*>(v);
-  const bool key_non_finite = floats_to_halves(key, k16, kv_dim);
-  if (floats_to_halves(value, v16, kv_dim) || key_non_finite) non_finite_half_.store(true, std::memory_order_relaxed);
 }
 
 int KvCache::reusable_prefix(int common, const std::vector<int>& layer_window) const {

@@ -18,7 +18,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "sipllm/engine.h"
+#include "sipllm/options.h"
 
 namespace sipllm {
 
@@ -53,9 +53,13 @@ class KvCache {
     return first_page_bytes(std::vector<int>(static_cast<size_t>(n_layers), kv_dim), type, page_positions);
   }
 
-  // Writes the key and value rows (kv_dim floats each) of `pos` in `layer`,
-  // rounded to the cache's type.
-  void store(int layer, int pos, const float* key, const float* value);
+  // Where the key and value rows of `pos` in `layer` go (kv_dim elements of
+  // the cache's type each): store_kv (kernels/attention.h) fills them.
+  void* key_row(int layer, int pos) { return const_cast<void*>(row(keys_, layer, pos, element_bytes())); }
+  void* value_row(int layer, int pos) { return const_cast<void*>(row(values_, layer, pos, element_bytes())); }
+  int kv_dim(int layer) const { return kv_dims_[static_cast<size_t>(layer)]; }
+  // Called by a writer that rounded a value to an infinite or NaN half.
+  void note_non_finite_half() { non_finite_half_.store(true, std::memory_order_relaxed); }
 
   // The rows as stored: T is float for an F32 cache, uint16_t (half-float
   // bits) for an F16 one.
@@ -110,7 +114,7 @@ class KvCache {
   std::vector<int> capacity_;  // per layer, in positions
   Pages keys_;
   Pages values_;
-  std::atomic<bool> non_finite_half_{false};  // set by store(), which threads call side by side
+  std::atomic<bool> non_finite_half_{false};  // set by writers, which threads run side by side
 };
 
 }  // namespace sipllm
