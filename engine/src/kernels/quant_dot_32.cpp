@@ -43,13 +43,6 @@ namespace {
 
 constexpr int kBlock = 32;
 
-template <typename Block>
-Block read_block(const uint8_t* p) {
-  Block b;
-  std::memcpy(&b, p, sizeof b);
-  return b;
-}
-
 // ---- The formats: SIMD unpacking and its scalar reference ---------------------
 //
 // unpack() writes a block's 32 signed values as four i16x8 in element order

@@ -22,13 +22,6 @@
 namespace sipllm {
 namespace {
 
-template <typename Block>
-Block read_block(const uint8_t* p) {
-  Block b;
-  std::memcpy(&b, p, sizeof b);
-  return b;
-}
-
 // ---- The formats ------------------------------------------------------------------
 //
 // Each format walks a super-block in chunks of 16 consecutive elements,

@@ -23,13 +23,6 @@
 namespace sipllm {
 namespace {
 
-template <typename Block>
-Block read_block(const uint8_t* p) {
-  Block b;
-  std::memcpy(&b, p, sizeof b);
-  return b;
-}
-
 // A block as integers. Groups of kGroup elements share a scale (and a min).
 struct IntBlock {
   alignas(16) int8_t value[kQK_K];
@@ -93,39 +86,28 @@ struct IQ4_XSFormat {
   }
 };
 
-// IQ4_NL and MXFP4: one group, scale 1, the levels as Q4_0's values lie.
-template <typename Block, const int8_t (&kLevels)[16]>
-void unpack_levels_32(const Block& b, IntBlock* out) {
-  out->scale[0] = 1;
-  for (int j = 0; j < 16; ++j) {
-    out->value[j] = kLevels[b.qs[j] & 0x0f];
-    out->value[16 + j] = kLevels[b.qs[j] >> 4];
-  }
-}
-
-struct IQ4_NLFormat {
+// IQ4_NL and MXFP4: one group, scale 1, sixteen levels laid out as Q4_0's
+// values, and a block scale read by kScale.
+template <typename Block, const int8_t (&kLevels)[16], float (*kScale)(const Block&)>
+struct Levels32Format {
   static constexpr ActivationFormat kActivations = ActivationFormat::kQ8_0;
-  static constexpr int kElements = kQK4_NL, kGroup = 32;
+  static constexpr int kElements = 32, kGroup = 32;
   static constexpr bool kHasMin = false;
   static void unpack(const uint8_t* p, IntBlock* out) {
-    const auto b = read_block<BlockIQ4_NL>(p);
-    out->d = fp16_to_float(b.d);
+    const auto b = read_block<Block>(p);
+    out->d = kScale(b);
     out->dmin = 0.0f;
-    unpack_levels_32<BlockIQ4_NL, kIq4Levels>(b, out);
+    out->scale[0] = 1;
+    for (int j = 0; j < 16; ++j) {
+      out->value[j] = kLevels[b.qs[j] & 0x0f];
+      out->value[16 + j] = kLevels[b.qs[j] >> 4];
+    }
   }
 };
-
-struct MXFP4Format {
-  static constexpr ActivationFormat kActivations = ActivationFormat::kQ8_0;
-  static constexpr int kElements = kQK_MXFP4, kGroup = 32;
-  static constexpr bool kHasMin = false;
-  static void unpack(const uint8_t* p, IntBlock* out) {
-    const auto b = read_block<BlockMXFP4>(p);
-    out->d = e8m0_half(b.e);
-    out->dmin = 0.0f;
-    unpack_levels_32<BlockMXFP4, kMxfp4Levels>(b, out);
-  }
-};
+float iq4_nl_scale(const BlockIQ4_NL& b) { return fp16_to_float(b.d); }
+float mxfp4_scale(const BlockMXFP4& b) { return e8m0_half(b.e); }
+using IQ4_NLFormat = Levels32Format<BlockIQ4_NL, kIq4Levels, iq4_nl_scale>;
+using MXFP4Format = Levels32Format<BlockMXFP4, kMxfp4Levels, mxfp4_scale>;
 
 // Sum of value * x over n elements (a multiple of 16), in four int32 lanes
 // added up at the end: exact, as the reference's one by one.

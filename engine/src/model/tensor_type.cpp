@@ -15,14 +15,6 @@ namespace {
 // Below this a group's largest magnitude counts as zero (ggml's GROUP_MAX_EPS).
 constexpr float kGroupMaxEps = 1e-15f;
 
-// Blocks are read with memcpy from possibly unaligned file buffers.
-template <typename Block>
-Block load_block(const uint8_t* p) {
-  Block b;
-  std::memcpy(&b, p, sizeof b);
-  return b;
-}
-
 template <typename Block>
 void store_block(const Block& b, uint8_t* p) {
   std::memcpy(p, &b, sizeof b);
@@ -47,11 +39,24 @@ int nearest_int(float x) {
   return static_cast<int>(bits & 0x007fffffu) - 0x00400000;
 }
 
+// The element of largest magnitude (the first of equals), as ggml's
+// quantizers find it; 0 when all are zero.
+float largest_magnitude(const float* x, int n) {
+  float max = 0, amax = 0;
+  for (int i = 0; i < n; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  }
+  return max;
+}
+
 // ---- 32-element blocks -------------------------------------------------------------
 
 void dequantize_q4_0(const uint8_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n / kQK4_0; ++i) {
-    const auto b = load_block<BlockQ4_0>(src + i * sizeof(BlockQ4_0));
+    const auto b = read_block<BlockQ4_0>(src + i * sizeof(BlockQ4_0));
     const float d = fp16_to_float(b.d);
     float* out = dst + i * kQK4_0;
     for (int j = 0; j < kQK4_0 / 2; ++j) {
@@ -63,7 +68,7 @@ void dequantize_q4_0(const uint8_t* src, float* dst, size_t n) {
 
 void dequantize_q4_1(const uint8_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n / kQK4_1; ++i) {
-    const auto b = load_block<BlockQ4_1>(src + i * sizeof(BlockQ4_1));
+    const auto b = read_block<BlockQ4_1>(src + i * sizeof(BlockQ4_1));
     const float d = fp16_to_float(b.d);
     const float m = fp16_to_float(b.m);
     float* out = dst + i * kQK4_1;
@@ -76,7 +81,7 @@ void dequantize_q4_1(const uint8_t* src, float* dst, size_t n) {
 
 void dequantize_q5_0(const uint8_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n / kQK5_0; ++i) {
-    const auto b = load_block<BlockQ5_0>(src + i * sizeof(BlockQ5_0));
+    const auto b = read_block<BlockQ5_0>(src + i * sizeof(BlockQ5_0));
     const float d = fp16_to_float(b.d);
     const uint32_t qh = load_u32(b.qh);
     float* out = dst + i * kQK5_0;
@@ -91,7 +96,7 @@ void dequantize_q5_0(const uint8_t* src, float* dst, size_t n) {
 
 void dequantize_q5_1(const uint8_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n / kQK5_1; ++i) {
-    const auto b = load_block<BlockQ5_1>(src + i * sizeof(BlockQ5_1));
+    const auto b = read_block<BlockQ5_1>(src + i * sizeof(BlockQ5_1));
     const float d = fp16_to_float(b.d);
     const float m = fp16_to_float(b.m);
     const uint32_t qh = load_u32(b.qh);
@@ -115,7 +120,7 @@ void five_bit_values(const uint8_t qs[16], uint32_t qh, uint8_t q[32]) {
 
 void dequantize_q5_0_unpacked(const uint8_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n / kQK5_0; ++i) {
-    const auto b = load_block<BlockQ5_0Unpacked>(src + i * sizeof(BlockQ5_0Unpacked));
+    const auto b = read_block<BlockQ5_0Unpacked>(src + i * sizeof(BlockQ5_0Unpacked));
     const float d = fp16_to_float(b.d);
     for (int j = 0; j < kQK5_0; ++j) dst[i * kQK5_0 + j] = static_cast<float>(b.q[j] - 16) * d;
   }
@@ -123,7 +128,7 @@ void dequantize_q5_0_unpacked(const uint8_t* src, float* dst, size_t n) {
 
 void dequantize_q5_1_unpacked(const uint8_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n / kQK5_1; ++i) {
-    const auto b = load_block<BlockQ5_1Unpacked>(src + i * sizeof(BlockQ5_1Unpacked));
+    const auto b = read_block<BlockQ5_1Unpacked>(src + i * sizeof(BlockQ5_1Unpacked));
     const float d = fp16_to_float(b.d);
     const float m = fp16_to_float(b.m);
     for (int j = 0; j < kQK5_1; ++j) dst[i * kQK5_1 + j] = static_cast<float>(b.q[j]) * d + m;
@@ -132,7 +137,7 @@ void dequantize_q5_1_unpacked(const uint8_t* src, float* dst, size_t n) {
 
 void dequantize_q8_0(const uint8_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n / kQK8_0; ++i) {
-    const auto b = load_block<BlockQ8_0>(src + i * sizeof(BlockQ8_0));
+    const auto b = read_block<BlockQ8_0>(src + i * sizeof(BlockQ8_0));
     const float d = fp16_to_float(b.d);
     float* out = dst + i * kQK8_0;
     for (int j = 0; j < kQK8_0; ++j) out[j] = static_cast<float>(b.qs[j]) * d;
@@ -143,14 +148,7 @@ void dequantize_q8_0(const uint8_t* src, float* dst, size_t n) {
 // the most negative level -2^(bits-1), keeping its sign; the returned scale
 // may be negative.
 float symmetric_scale(const float* x, int n, float most_negative_level) {
-  float amax = 0, max = 0;
-  for (int j = 0; j < n; ++j) {
-    if (std::fabs(x[j]) > amax) {
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  }
-  return max / most_negative_level;
+  return largest_magnitude(x, n) / most_negative_level;
 }
 
 void quantize_q4_0(const float* src, uint8_t* dst, size_t n) {
@@ -243,7 +241,7 @@ void quantize_q8_0(const float* src, uint8_t* dst, size_t n) {
 template <class Block, bool kFifthBit>
 void dequantize_q45_k(const uint8_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n / kQK_K; ++i) {
-    const auto b = load_block<Block>(src + i * sizeof(Block));
+    const auto b = read_block<Block>(src + i * sizeof(Block));
     const float d = fp16_to_float(b.d);
     const float dmin = fp16_to_float(b.dmin);
     float* out = dst + i * kQK_K;
@@ -269,7 +267,7 @@ void dequantize_q45_k(const uint8_t* src, float* dst, size_t n) {
 
 void dequantize_q6_k(const uint8_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n / kQK_K; ++i) {
-    const auto b = load_block<BlockQ6_K>(src + i * sizeof(BlockQ6_K));
+    const auto b = read_block<BlockQ6_K>(src + i * sizeof(BlockQ6_K));
     const float d = fp16_to_float(b.d);
     float* out = dst + i * kQK_K;
     for (int h = 0; h < 2; ++h) {
@@ -293,7 +291,7 @@ void dequantize_q6_k(const uint8_t* src, float* dst, size_t n) {
 
 void dequantize_q8_k(const uint8_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n / kQK_K; ++i) {
-    const auto b = load_block<BlockQ8_K>(src + i * sizeof(BlockQ8_K));
+    const auto b = read_block<BlockQ8_K>(src + i * sizeof(BlockQ8_K));
     for (int j = 0; j < kQK_K; ++j) dst[i * kQK_K + j] = b.d * static_cast<float>(b.qs[j]);
   }
 }
@@ -303,7 +301,7 @@ void dequantize_q8_k(const uint8_t* src, float* dst, size_t n) {
 // computes it: the sub-block's float factor first, then one product.
 void dequantize_q2_k(const uint8_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n / kQK_K; ++i) {
-    const auto b = load_block<BlockQ2_K>(src + i * sizeof(BlockQ2_K));
+    const auto b = read_block<BlockQ2_K>(src + i * sizeof(BlockQ2_K));
     const float d = fp16_to_float(b.d), dmin = fp16_to_float(b.dmin);
     float* out = dst + i * kQK_K;
     for (int e = 0; e < kQK_K; ++e) {
@@ -318,7 +316,7 @@ void dequantize_q2_k(const uint8_t* src, float* dst, size_t n) {
 
 void dequantize_q3_k(const uint8_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n / kQK_K; ++i) {
-    const auto b = load_block<BlockQ3_K>(src + i * sizeof(BlockQ3_K));
+    const auto b = read_block<BlockQ3_K>(src + i * sizeof(BlockQ3_K));
     const float d = fp16_to_float(b.d);
     float* out = dst + i * kQK_K;
     for (int e = 0; e < kQK_K; ++e) {
@@ -333,7 +331,7 @@ void dequantize_q3_k(const uint8_t* src, float* dst, size_t n) {
 
 void dequantize_iq4_nl(const uint8_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n / kQK4_NL; ++i) {
-    const auto b = load_block<BlockIQ4_NL>(src + i * sizeof(BlockIQ4_NL));
+    const auto b = read_block<BlockIQ4_NL>(src + i * sizeof(BlockIQ4_NL));
     const float d = fp16_to_float(b.d);
     float* out = dst + i * kQK4_NL;
     for (int j = 0; j < kQK4_NL / 2; ++j) {
@@ -345,7 +343,7 @@ void dequantize_iq4_nl(const uint8_t* src, float* dst, size_t n) {
 
 void dequantize_iq4_xs(const uint8_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n / kQK_K; ++i) {
-    const auto b = load_block<BlockIQ4_XS>(src + i * sizeof(BlockIQ4_XS));
+    const auto b = read_block<BlockIQ4_XS>(src + i * sizeof(BlockIQ4_XS));
     const float d = fp16_to_float(b.d);
     for (int g = 0; g < kQK_K / 32; ++g) {
       const int scale = ((b.scales_l[g / 2] >> (4 * (g % 2))) & 0x0f) | ((b.scales_h >> (2 * g)) & 3) << 4;
@@ -361,7 +359,7 @@ void dequantize_iq4_xs(const uint8_t* src, float* dst, size_t n) {
 
 void dequantize_mxfp4(const uint8_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n / kQK_MXFP4; ++i) {
-    const auto b = load_block<BlockMXFP4>(src + i * sizeof(BlockMXFP4));
+    const auto b = read_block<BlockMXFP4>(src + i * sizeof(BlockMXFP4));
     const float d = e8m0_half(b.e);
     float* out = dst + i * kQK_MXFP4;
     for (int j = 0; j < kQK_MXFP4 / 2; ++j) {
@@ -441,14 +439,8 @@ float fit_scale_and_min(int n, int nmax, const float* x, const float* weights, u
 // Fits x ~ scale * (L - nmax) with L in 0..2*nmax-1, weighting each element by
 // x^2, over a sweep of candidate scales (ggml's make_qx_quants, rmse_type 1).
 float fit_symmetric_scale(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    if (std::fabs(x[i]) > amax) {
-      amax = std::fabs(x[i]);
-      max = x[i];
-    }
-  }
-  if (amax < 1e-15f) {  // all zero
+  const float max = largest_magnitude(x, n);
+  if (std::fabs(max) < kGroupMaxEps) {  // all zero
     std::fill(L, L + n, 0);
     return 0;
   }
@@ -573,15 +565,9 @@ void quantize_q6_k(const float* src, uint8_t* dst, size_t n) {
     BlockQ6_K b{};
     int8_t L[kQK_K];
     float scales[16];
-    float max_scale = 0, max_abs_scale = 0;
-    for (int s = 0; s < 16; ++s) {
-      scales[s] = fit_symmetric_scale(16, 32, x + 16 * s, L + 16 * s);
-      if (std::fabs(scales[s]) > max_abs_scale) {
-        max_abs_scale = std::fabs(scales[s]);
-        max_scale = scales[s];
-      }
-    }
-    if (max_abs_scale >= 1e-15f) {
+    for (int s = 0; s < 16; ++s) scales[s] = fit_symmetric_scale(16, 32, x + 16 * s, L + 16 * s);
+    const float max_scale = largest_magnitude(scales, 16);
+    if (std::fabs(max_scale) >= kGroupMaxEps) {
       // The largest sub-block scale maps to -128, keeping its sign.
       const float iscale = -128.0f / max_scale;
       b.d = float_to_fp16(1 / iscale);
@@ -666,14 +652,8 @@ void quantize_q2_k(const float* src, uint8_t* dst, size_t n) {
 // then moves single levels while that lowers the error, up to five rounds
 // (ggml's make_q3_quants). Writes L + nmax, returns the scale.
 float fit_q3_scale(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    if (std::fabs(x[i]) > amax) {
-      amax = std::fabs(x[i]);
-      max = x[i];
-    }
-  }
-  if (amax < kGroupMaxEps) {
+  const float max = largest_magnitude(x, n);
+  if (std::fabs(max) < kGroupMaxEps) {
     std::fill(L, L + n, int8_t{0});
     return 0;
   }
@@ -718,14 +698,8 @@ void quantize_q3_k(const float* src, uint8_t* dst, size_t n) {
     BlockQ3_K b{};
     int8_t L[kQK_K];
     float scales[16];
-    float max_scale = 0, amax = 0;
-    for (int j = 0; j < 16; ++j) {
-      scales[j] = fit_q3_scale(16, 4, x + 16 * j, L + 16 * j);
-      if (std::fabs(scales[j]) > amax) {
-        amax = std::fabs(scales[j]);
-        max_scale = scales[j];
-      }
-    }
+    for (int j = 0; j < 16; ++j) scales[j] = fit_q3_scale(16, 4, x + 16 * j, L + 16 * j);
+    const float max_scale = largest_magnitude(scales, 16);
     if (max_scale != 0) {
       const float iscale = -32.0f / max_scale;
       for (int j = 0; j < 16; ++j) {
@@ -790,19 +764,12 @@ void quantize_iq4_super_block(int super_block, const float* x, uint16_t* d_out, 
   uint8_t L[kQK_K];
   float scales[kQK_K / kBlock];
   float weight[kBlock];
-  float max_scale = 0, amax_scale = 0;
   for (int ib = 0; ib < super_block / kBlock; ++ib) {
     const float* xb = x + ib * kBlock;
     uint8_t* Lb = L + ib * kBlock;
     for (int j = 0; j < kBlock; ++j) weight[j] = xb[j] * xb[j];
-    float amax = 0, max = 0;
-    for (int j = 0; j < kBlock; ++j) {
-      if (std::fabs(xb[j]) > amax) {
-        amax = std::fabs(xb[j]);
-        max = xb[j];
-      }
-    }
-    if (amax < kGroupMaxEps) {
+    const float max = largest_magnitude(xb, kBlock);
+    if (std::fabs(max) < kGroupMaxEps) {
       scales[ib] = 0;
       continue;
     }
@@ -832,12 +799,9 @@ void quantize_iq4_super_block(int super_block, const float* x, uint16_t* d_out, 
       }
     }
     scales[ib] = d;
-    if (std::fabs(d) > amax_scale) {
-      amax_scale = std::fabs(d);
-      max_scale = d;
-    }
   }
   if (super_block > kBlock) {
+    const float max_scale = largest_magnitude(scales, super_block / kBlock);
     *scales_h = 0;
     const float d = -max_scale / 32;
     *d_out = float_to_fp16(d);
@@ -914,14 +878,8 @@ void quantize_q8_k(const float* src, uint8_t* dst, size_t n) {
   for (size_t i = 0; i < n / kQK_K; ++i) {
     const float* x = src + i * kQK_K;
     BlockQ8_K b{};
-    float max = 0, amax = 0;
-    for (int j = 0; j < kQK_K; ++j) {
-      if (std::fabs(x[j]) > amax) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
-    if (amax != 0) {
+    const float max = largest_magnitude(x, kQK_K);
+    if (max != 0) {
       // -127 rather than -128 keeps every level's negation representable.
       const float iscale = -127.0f / max;
       for (int j = 0; j < kQK_K; ++j) b.qs[j] = static_cast<int8_t>(std::min(127, nearest_int(iscale * x[j])));

@@ -87,6 +87,14 @@ inline uint64_t tensor_bytes(const TensorTypeTraits& traits, uint64_t elements) 
 }
 
 // ---- Block layouts (byte-exact with ggml) ----------------------------------
+
+// A block copied out of bytes a file gives no alignment for.
+template <typename Block>
+Block read_block(const uint8_t* p) {
+  Block b;
+  std::memcpy(&b, p, sizeof b);
+  return b;
+}
 //
 // Scales marked fp16 are IEEE half floats (half.h). All multi-byte fields are
 // little-endian; blocks have no padding, and a file gives no alignment
