@@ -900,11 +900,13 @@ void dequantize_f32(const uint8_t* src, float* dst, size_t n) { std::memcpy(dst,
 
 void quantize_f32(const float* src, uint8_t* dst, size_t n) { std::memcpy(dst, src, n * sizeof(float)); }
 
-void dequantize_f16(const uint8_t* src, float* dst, size_t n) {
+// F16 and BF16: 16 bits an element, widened by kWiden.
+template <float (*kWiden)(uint16_t)>
+void dequantize_16bit(const uint8_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     uint16_t h;
     std::memcpy(&h, src + 2 * i, 2);
-    dst[i] = fp16_to_float(h);
+    dst[i] = kWiden(h);
   }
 }
 
@@ -912,14 +914,6 @@ void quantize_f16(const float* src, uint8_t* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const uint16_t h = float_to_fp16(src[i]);
     std::memcpy(dst + 2 * i, &h, 2);
-  }
-}
-
-void dequantize_bf16(const uint8_t* src, float* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, src + 2 * i, 2);
-    dst[i] = bf16_to_float(h);
   }
 }
 
@@ -948,8 +942,8 @@ using T = TensorType;
 constexpr TensorTypeTraits kTypes[] = {
     // type, name, block elements, block bytes, in files, to float, from float, row fallback, llama file type
     {T::kF32, "F32", 1, 4, true, dequantize_f32, quantize_f32, T::kF16, 0},
-    {T::kF16, "F16", 1, 2, true, dequantize_f16, quantize_f16, T::kF16, 1},
-    {T::kBF16, "BF16", 1, 2, true, dequantize_bf16, quantize_bf16, T::kF16, 32},
+    {T::kF16, "F16", 1, 2, true, dequantize_16bit<fp16_to_float>, quantize_f16, T::kF16, 1},
+    {T::kBF16, "BF16", 1, 2, true, dequantize_16bit<bf16_to_float>, quantize_bf16, T::kF16, 32},
     {T::kQ4_0, "Q4_0", kQK4_0, sizeof(BlockQ4_0), true, dequantize_q4_0, quantize_q4_0, T::kF16, 2},
     {T::kQ4_1, "Q4_1", kQK4_1, sizeof(BlockQ4_1), true, dequantize_q4_1, quantize_with_min<BlockQ4_1, 4>, T::kF16, 3},
     {T::kQ5_0, "Q5_0", kQK5_0, sizeof(BlockQ5_0), true, dequantize_q5_0, quantize_q5_0, T::kF16, 8},
