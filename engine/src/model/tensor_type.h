@@ -74,8 +74,8 @@ struct TensorTypeTraits {
 constexpr uint32_t kNoFileType = ~0u;
 
 // The traits of a type id read from a file; nullptr when the engine cannot
-// read that type from a file (unknown ids, the IQ types but IQ4_NL and
-// IQ4_XS, and the in-memory types).
+// read that type from a file (unknown ids, ggml's other IQ and ternary
+// types, and the in-memory types).
 const TensorTypeTraits* tensor_type_traits(uint32_t type_id);
 // The traits of any TensorType, the in-memory ones included.
 const TensorTypeTraits& tensor_type_traits(TensorType type);
@@ -87,18 +87,16 @@ inline uint64_t tensor_bytes(const TensorTypeTraits& traits, uint64_t elements) 
 }
 
 // ---- Block layouts (byte-exact with ggml) ----------------------------------
-
-// A block copied out of bytes a file gives no alignment for.
+//
+// Scales marked fp16 are IEEE half floats (half.h). All multi-byte fields are
+// little-endian; blocks have no padding, and a file gives no alignment
+// guarantee beyond 2 bytes, so read them with memcpy (read_block).
 template <typename Block>
 Block read_block(const uint8_t* p) {
   Block b;
   std::memcpy(&b, p, sizeof b);
   return b;
 }
-//
-// Scales marked fp16 are IEEE half floats (half.h). All multi-byte fields are
-// little-endian; blocks have no padding, and a file gives no alignment
-// guarantee beyond 2 bytes, so read them with memcpy.
 
 // Element j of a 32-element block sits in the low nibble of qs[j] (j < 16) or
 // the high nibble of qs[j - 16] (j >= 16): the "half split" of Q4_0, Q4_1,
