@@ -43,10 +43,7 @@ struct Q2_KFormat {
       out->scale[g] = b.scales[g] & 0x0f;
       out->min[g] = b.scales[g] >> 4;
     }
-    for (int e = 0; e < kQK_K; ++e) {
-      const int h = e / 128, s = e % 128 / 32, l = e % 32;
-      out->value[e] = static_cast<int8_t>((b.qs[32 * h + l] >> (2 * s)) & 3);
-    }
+    for (int e = 0; e < kQK_K; ++e) out->value[e] = static_cast<int8_t>(k_quant_low_2bits(b.qs, e));
   }
 };
 
@@ -60,10 +57,7 @@ struct Q3_KFormat {
     out->dmin = 0.0f;
     for (int g = 0; g < 16; ++g) out->scale[g] = q3_k_scale(b.scales, g) - 32;
     for (int e = 0; e < kQK_K; ++e) {
-      const int h = e / 128, s = e % 128 / 32, l = e % 32;
-      const int low = (b.qs[32 * h + l] >> (2 * s)) & 3;
-      const int high = (b.hmask[l] >> (4 * h + s)) & 1;
-      out->value[e] = static_cast<int8_t>((low | high << 2) - 4);
+      out->value[e] = static_cast<int8_t>((k_quant_low_2bits(b.qs, e) | q3_k_high_bit(b.hmask, e) << 2) - 4);
     }
   }
 };
@@ -77,7 +71,7 @@ struct IQ4_XSFormat {
     out->d = fp16_to_float(b.d);
     out->dmin = 0.0f;
     for (int g = 0; g < 8; ++g) {
-      out->scale[g] = (((b.scales_l[g / 2] >> (4 * (g % 2))) & 0x0f) | ((b.scales_h >> (2 * g)) & 3) << 4) - 32;
+      out->scale[g] = iq4_xs_scale(b, g) - 32;
       for (int j = 0; j < 16; ++j) {
         out->value[32 * g + j] = kIq4Levels[b.qs[16 * g + j] & 0x0f];
         out->value[32 * g + 16 + j] = kIq4Levels[b.qs[16 * g + j] >> 4];

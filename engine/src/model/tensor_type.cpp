@@ -305,11 +305,9 @@ void dequantize_q2_k(const uint8_t* src, float* dst, size_t n) {
     const float d = fp16_to_float(b.d), dmin = fp16_to_float(b.dmin);
     float* out = dst + i * kQK_K;
     for (int e = 0; e < kQK_K; ++e) {
-      const int h = e / 128, s = e % 128 / 32, l = e % 32;
-      const uint8_t sc = b.scales[8 * h + 2 * s + l / 16];
+      const uint8_t sc = b.scales[e / 16];
       const float dl = d * static_cast<float>(sc & 0x0f), ml = dmin * static_cast<float>(sc >> 4);
-      const int q = (b.qs[32 * h + l] >> (2 * s)) & 3;
-      out[e] = dl * static_cast<float>(q) - ml;
+      out[e] = dl * static_cast<float>(k_quant_low_2bits(b.qs, e)) - ml;
     }
   }
 }
@@ -320,11 +318,9 @@ void dequantize_q3_k(const uint8_t* src, float* dst, size_t n) {
     const float d = fp16_to_float(b.d);
     float* out = dst + i * kQK_K;
     for (int e = 0; e < kQK_K; ++e) {
-      const int h = e / 128, s = e % 128 / 32, l = e % 32;
-      const float dl = d * static_cast<float>(q3_k_scale(b.scales, 8 * h + 2 * s + l / 16) - 32);
-      const int low = (b.qs[32 * h + l] >> (2 * s)) & 3;
-      const int high = (b.hmask[l] >> (4 * h + s)) & 1;
-      out[e] = dl * static_cast<float>((low | high << 2) - 4);
+      const float dl = d * static_cast<float>(q3_k_scale(b.scales, e / 16) - 32);
+      const int q = k_quant_low_2bits(b.qs, e) | q3_k_high_bit(b.hmask, e) << 2;
+      out[e] = dl * static_cast<float>(q - 4);
     }
   }
 }
@@ -346,8 +342,7 @@ void dequantize_iq4_xs(const uint8_t* src, float* dst, size_t n) {
     const auto b = read_block<BlockIQ4_XS>(src + i * sizeof(BlockIQ4_XS));
     const float d = fp16_to_float(b.d);
     for (int g = 0; g < kQK_K / 32; ++g) {
-      const int scale = ((b.scales_l[g / 2] >> (4 * (g % 2))) & 0x0f) | ((b.scales_h >> (2 * g)) & 3) << 4;
-      const float dl = d * static_cast<float>(scale - 32);
+      const float dl = d * static_cast<float>(iq4_xs_scale(b, g) - 32);
       float* out = dst + i * kQK_K + 32 * g;
       for (int j = 0; j < 16; ++j) {
         out[j] = dl * static_cast<float>(kIq4Levels[b.qs[16 * g + j] & 0x0f]);

@@ -253,6 +253,9 @@ static_assert(sizeof(BlockQ3_K) == 110, "Q3_K block is 110 bytes");
 static_assert(offsetof(BlockQ3_K, qs) == 32 && offsetof(BlockQ3_K, scales) == 96 && offsetof(BlockQ3_K, d) == 108,
               "Q3_K layout");
 
+// Q3_K's third bit of element e (0..255): bit e / 32 of hmask[e % 32].
+inline int q3_k_high_bit(const uint8_t* hmask, int e) { return (hmask[e % 32] >> (e / 32)) & 1; }
+
 // The 6-bit scale of sub-block j (0..15) of a Q3_K block: its low four bits
 // are the low (j < 8) or high nibble of scales[j % 8], its top two bits
 // bits 2(j / 4)..2(j / 4) + 1 of scales[8 + j % 4].
@@ -260,6 +263,11 @@ inline int q3_k_scale(const uint8_t* scales, int j) {
   const int low = (scales[j % 8] >> (j < 8 ? 0 : 4)) & 0x0f;
   const int high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
   return low | high << 4;
+}
+
+// The two low bits of element e (0..255) of a Q2_K or Q3_K block's qs.
+inline int k_quant_low_2bits(const uint8_t* qs, int e) {
+  return (qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3;
 }
 
 // IQ4_NL and IQ4_XS map each 4-bit index to one of sixteen non-uniform levels.
@@ -285,6 +293,9 @@ struct BlockIQ4_XS {
 };
 static_assert(sizeof(BlockIQ4_XS) == 136, "IQ4_XS block is 136 bytes");
 static_assert(offsetof(BlockIQ4_XS, scales_l) == 4 && offsetof(BlockIQ4_XS, qs) == 8, "IQ4_XS layout");
+inline int iq4_xs_scale(const BlockIQ4_XS& b, int j) {
+  return ((b.scales_l[j / 2] >> (4 * (j % 2))) & 0x0f) | ((b.scales_h >> (2 * j)) & 3) << 4;
+}
 
 // MXFP4 (OCP microscaling FP4): a shared power-of-two scale e (E8M0) and 4-bit
 // E2M1 values, stored doubled as kMxfp4Levels; x = e8m0_half(e) * level. The
