@@ -77,6 +77,8 @@ struct ResultSpec {
   X(peakWeightBytes, kNumber, peak_weight_bytes, "", "")                                                \
   X(memoryBudget, kBudget, memory_budget, "", "Bytes the engine may take; -1: no budget.")             \
   X(workingBytes, kNumber, working_bytes, "", "Of those, activations, scratch and the KV cache so far.") \
+  X(activationBytes, kNumber, activation_bytes, "", "Of those, a prefill chunk's activations and scratch.") \
+  X(prefillChunk, kNumber, prefill_chunk, "", "Positions a prefill sweeps through each block at a time.") \
   X(residentUnits, kNumber, resident_units, "", "")                                                     \
   X(streamedUnits, kNumber, streamed_units, "", "")                                                     \
   X(loadThreads, kNumber, load_threads, "", "Units loaded side by side (0: the sync loader).")          \

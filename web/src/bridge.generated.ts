@@ -197,6 +197,10 @@ export interface LoaderStats {
   memoryBudget: number;
   /** Of those, activations, scratch and the KV cache so far. */
   workingBytes: number;
+  /** Of those, a prefill chunk's activations and scratch. */
+  activationBytes: number;
+  /** Positions a prefill sweeps through each block at a time. */
+  prefillChunk: number;
   residentUnits: number;
   streamedUnits: number;
   /** Units loaded side by side (0: the sync loader). */

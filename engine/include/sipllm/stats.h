@@ -66,6 +66,10 @@ struct LoaderStats {
   // memory takes: activations and scratch, and the KV cache so far.
   uint64_t memory_budget = kUnlimitedBudget;
   uint64_t working_bytes = 0;
+  // Of the working memory, what the forward pass keeps for good:
+  // activations of a prefill chunk, scratch, one position's logits.
+  uint64_t activation_bytes = 0;
+  int prefill_chunk = 0;  // positions a prefill sweeps through each block at a time
   int resident_units = 0;
   int streamed_units = 0;
   int load_threads = 0;  // units loaded side by side (0 in sync mode)

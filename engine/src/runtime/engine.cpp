@@ -62,16 +62,13 @@ class EngineImpl final : public Engine {
         gguf_(GgufFile::parse(*source_)),
         model_(describe_model(gguf_, options.context_length)),
         pool_(options.threads, options.probe),
-        prefill_chunk_(fit_prefill_chunk(model_, options, pool_.size())),
-        // The budget sets aside the working memory first: activations and
-        // the KV cache's first page (which is allocated now). Made before
-        // the tokenizer, so that a loader told to prefetch on open has its
-        // requests out while the vocabulary is built.
-        loader_(*source_, model_, options.loader, working_bytes(model_, options, prefill_chunk_, pool_.size()),
-                options.probe),
+        plan_(MemoryPlan::make(model_, options, pool_.size())),
+        // Made before the tokenizer, so that a loader told to prefetch on
+        // open has its requests out while the vocabulary is built.
+        loader_(*source_, model_, plan_, options.loader, options.probe),
         tokenizer_(Tokenizer::from_gguf(gguf_)),
         info_(describe(gguf_, model_, *tokenizer_)),
-        transformer_(model_, loader_, pool_, prefill_chunk_),
+        transformer_(model_, loader_, pool_, plan_.prefill_chunk),
         cache_(model_.layer_kv_dims(), model_.shape.context_length, options.kv_cache_type,
                transformer_.kv_capacity()),
         state_(model_) {
@@ -314,7 +311,7 @@ class EngineImpl final : public Engine {
     // Already ended when a request came right behind the load: no work is built.
     const auto stop = [&] { return cancelled_ || warm_up_ended_ || ms_since(start) >= milliseconds; };
     if (!stop()) {
-      KernelWarmUp work(model_, options_.kv_cache_type, loader_.unpacks_5bit());
+      KernelWarmUp work(model_, plan_, options_.kv_cache_type, transformer_);
       // On this thread alone: the code it optimises is shared by every thread,
       // and the other cores stay free for the download it overlaps.
       ThreadPool one_thread(1);
@@ -343,50 +340,6 @@ class EngineImpl final : public Engine {
   size_t kv_cache_bytes() const override { return cache_.allocated_bytes(); }
 
  private:
-  static uint64_t working_bytes(const ModelDescription& model, const EngineOptions& options, int chunk, int threads) {
-    return Transformer::working_bytes(model, chunk, threads) +
-           KvCache::first_page_bytes(model.layer_kv_dims(), options.kv_cache_type) +
-           RecurrentState::bytes_with_checkpoint(model) + LayerLoader::recent_rows_bytes(model);
-  }
-
-  // The largest prefill chunk, up to the option's, whose activations leave
-  // the budget room for the prefetch ring. Smaller chunks cost less memory
-  // but stream the weights once per chunk, so the chunk shrinks only as far
-  // as the budget demands: for a second ring buffer (which overlaps loading
-  // with compute) down to kMinOverlapChunk positions, for one buffer as far
-  // as it takes.
-  static int fit_prefill_chunk(const ModelDescription& model, const EngineOptions& options, int threads) {
-    int chunk = fit_prefill_chunk_to_budget(model, options, threads);
-    if (model.has_recurrent_state()) {
-      // The DeltaNet chunks of a hybrid model fall where they would in one
-      // long prefill, whatever the budget, when every prefill chunk is a
-      // whole number of them; the smallest is one of them, or the option's
-      // own chunk when smaller.
-      constexpr int kStep = Transformer::kDeltaNetChunk;
-      chunk = chunk < kStep ? std::min(options.prefill_chunk, kStep) : chunk / kStep * kStep;
-    }
-    return chunk;
-  }
-
-  static int fit_prefill_chunk_to_budget(const ModelDescription& model, const EngineOptions& options, int threads) {
-    constexpr int kMinOverlapChunk = 64;
-    const uint64_t budget = options.loader.memory_budget;
-    if (budget == kUnlimitedBudget || budget == 0) return options.prefill_chunk;
-    const uint64_t largest = LayerLoader::largest_unit_bytes(model);
-    const auto fits = [&](int chunk, int buffers) {
-      return working_bytes(model, options, chunk, threads) + static_cast<uint64_t>(buffers) * largest <= budget;
-    };
-    const bool overlap = options.loader.mode == LoaderMode::kRing && options.loader.n_buffers >= 2;
-    for (int chunk = options.prefill_chunk; overlap && chunk >= std::min(kMinOverlapChunk, options.prefill_chunk);
-         chunk /= 2) {
-      if (fits(chunk, 2)) return chunk;
-    }
-    for (int chunk = options.prefill_chunk; chunk >= 1; chunk /= 2) {
-      if (fits(chunk, 1)) return chunk;
-    }
-    return options.prefill_chunk;  // nothing fits: the loader says what is needed
-  }
-
   void check_token(int32_t t) const {
     if (t < 0 || t >= model_.shape.n_vocab) {
       throw Error(ErrorKind::kInvalidArgument, "token id " + std::to_string(t) +
@@ -487,7 +440,7 @@ class EngineImpl final : public Engine {
   GgufFile gguf_;
   ModelDescription model_;
   ThreadPool pool_;
-  int prefill_chunk_;
+  MemoryPlan plan_;
   LayerLoader loader_;
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelInfo info_;

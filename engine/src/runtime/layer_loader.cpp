@@ -15,169 +15,19 @@
 namespace sipllm {
 namespace {
 
-constexpr size_t kBufferAlignment = 64;
 #if defined(__linux__)
 // Buffers start on a huge page boundary and ask for huge pages: a first pass
 // writes every page of them, and with 4 KiB pages the kernel's page faults
 // took as long as the prefill's compute (natively, on a virtual machine).
 constexpr size_t kAllocationAlignment = size_t{2} << 20;
 #else
-constexpr size_t kAllocationAlignment = kBufferAlignment;
+constexpr size_t kAllocationAlignment = 64;
 #endif
-// Tensors of a unit closer than this in the file are read in one range: the
-// gap (alignment padding, usually) costs less than another request.
-constexpr uint64_t kMaxCoalesceGap = 4096;
 constexpr size_t kMaxTimelineEvents = 1 << 14;
-
-uint64_t align_up(uint64_t n) { return (n + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment; }
-
-// File offsets and sizes are 64-bit, memory is not everywhere: a size_t is
-// 32 bits in WebAssembly. Bytes that must fit in one buffer are checked
-// before they are narrowed, so that an impossible buffer is an error rather
-// than a short allocation.
-size_t addressable(uint64_t bytes, const std::string& what) {
-  if (bytes > std::numeric_limits<size_t>::max() / 2) {
-    throw Error(ErrorKind::kOutOfBudget, what + " needs one buffer of " + std::to_string(bytes) +
-                                             " bytes, more than this build can address");
-  }
-  return static_cast<size_t>(bytes);
-}
 
 }  // namespace
 
-// ---- Construction: what to read, what to keep ------------------------------
-
-// The type a tensor of a unit is kept in, prepared for the kernels.
-TensorType LayerLoader::prepared_type(const TensorSlice& slice, bool unpack_5bit) {
-  const TensorType type = slice.tensor->type;
-  return unpack_5bit && !slice.spec->is_vector() ? unpacked_type(type) : type;
-}
-
-LayerLoader::UnitPlan LayerLoader::plan_unit(const ModelDescription& model, int unit_index, bool unpack_5bit) {
-  const UnitTensors& unit = model.units[static_cast<size_t>(unit_index)];
-  UnitPlan plan;
-  plan.name = unit.name;
-  std::vector<size_t> order;
-  for (size_t i = 0; i < unit.tensors.size(); ++i) {
-    if (unit.tensors[i].tensor != nullptr) order.push_back(i);
-  }
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return unit.tensors[a].offset() < unit.tensors[b].offset(); });
-
-  plan.read_offsets.assign(unit.tensors.size(), 0);
-  uint64_t buffer_end = 0;
-  for (size_t i : order) {
-    const uint64_t offset = unit.tensors[i].offset();
-    const uint64_t bytes = unit.tensors[i].bytes();
-    if (!plan.ranges.empty()) {
-      // Tensors that share bytes in the file (a malformed one) get a range
-      // each, so that preparing one in place cannot change the other.
-      ReadRange& last = plan.ranges.back();
-      const uint64_t last_end = last.file_offset + last.length;
-      if (offset >= last_end && offset <= last_end + kMaxCoalesceGap) {
-        last.length = offset + bytes - last.file_offset;
-        buffer_end = last.buffer_offset + last.length;
-        addressable(buffer_end, unit.name);
-        plan.read_offsets[i] = last.buffer_offset + static_cast<size_t>(offset - last.file_offset);
-        continue;
-      }
-    }
-    const uint64_t buffer_offset = align_up(buffer_end);
-    buffer_end = buffer_offset + bytes;
-    addressable(buffer_end, unit.name);
-    plan.ranges.push_back({offset, bytes, static_cast<size_t>(buffer_offset)});
-    plan.read_offsets[i] = static_cast<size_t>(buffer_offset);
-  }
-  for (const ReadRange& r : plan.ranges) plan.read_bytes += r.length;
-
-  // Matrices unpacked for the kernels take more room than they were read
-  // in: everything is read `growth` bytes further into the buffer, and
-  // preparing moves each tensor, in buffer order, down to where it lies
-  // prepared, unpacking as it goes. A tensor then ends no later than the
-  // next one's bytes begin, nor than its own did: nothing is overwritten
-  // before it is read (unpack_5bit_blocks).
-  plan.tensor_offsets = plan.read_offsets;
-  uint64_t growth = 0;
-  for (size_t i : order) {
-    const TensorSlice& slice = unit.tensors[i];
-    plan.tensor_offsets[i] += static_cast<size_t>(growth);
-    const TensorType type = prepared_type(slice, unpack_5bit);
-    if (type != slice.tensor->type) {
-      const uint64_t elements = slice.rows * slice.tensor->row_length();
-      growth += align_up(tensor_bytes(tensor_type_traits(type), elements) - slice.bytes());
-    }
-  }
-  if (growth > 0) {
-    for (size_t i : order) plan.read_offsets[i] += static_cast<size_t>(growth);
-    for (ReadRange& r : plan.ranges) r.buffer_offset += static_cast<size_t>(growth);
-    buffer_end = addressable(buffer_end + growth, unit.name);
-    plan.moves = std::move(order);
-  }
-
-  // Vectors stored as F16/BF16 get a float copy after the raw bytes.
-  plan.vector_offsets.assign(unit.tensors.size(), SIZE_MAX);
-  for (size_t i = 0; i < unit.tensors.size(); ++i) {
-    const GgufTensorInfo* t = unit.tensors[i].tensor;
-    if (t != nullptr && unit.tensors[i].spec->is_vector() && t->type != TensorType::kF32) {
-      buffer_end = align_up(buffer_end);
-      plan.vector_offsets[i] = static_cast<size_t>(buffer_end);
-      buffer_end += t->elements * sizeof(float);
-    }
-  }
-  plan.buffer_bytes = addressable(align_up(buffer_end), unit.name);
-  return plan;
-}
-
-size_t LayerLoader::largest_unit_bytes(const ModelDescription& model) {
-  size_t largest = 0;
-  for (int u = 0; u < model.n_units(); ++u) largest = std::max(largest, plan_unit(model, u, false).buffer_bytes);
-  return largest;
-}
-
-bool LayerLoader::budget_holds_all(const std::vector<UnitPlan>& plans) const {
-  uint64_t everything = model_.tied_output ? 0 : model_.token_embd->bytes;
-  for (const UnitPlan& p : plans) everything += p.buffer_bytes;
-  return budget_ == kUnlimitedBudget || (budget_ != 0 && budget_ >= reserved_ + everything);
-}
-
-void LayerLoader::choose_residency(const LoaderOptions& options) {
-  for (const UnitPlan& p : plans_) largest_unit_ = std::max(largest_unit_, p.buffer_bytes);
-  const uint64_t embedding_bytes = model_.tied_output ? 0 : model_.token_embd->bytes;
-
-  ring_buffers_ = mode_ == LoaderMode::kSync ? 1 : options.n_buffers;
-  if (budget_holds_all(plans_)) {
-    for (UnitPlan& p : plans_) p.resident = true;
-    embedding_resident_ = !model_.tied_output;
-    return;
-  }
-  uint64_t available = 0;  // for weights
-  if (budget_ != 0) {
-    // The ring shrinks to what a small budget holds (down to one buffer,
-    // which loads the next unit only once the current one is done); a
-    // budget that cannot hold one unit beside the working memory is refused
-    // with the size it needs.
-    if (budget_ < reserved_ + largest_unit_) {
-      throw Error(ErrorKind::kOutOfBudget,
-                  "memory budget of " + std::to_string(budget_) +
-                      " bytes cannot hold the prefetch ring: it needs at least " +
-                      std::to_string(reserved_ + largest_unit_) + " bytes (one buffer of the largest unit, " +
-                      std::to_string(largest_unit_) + " bytes, and " + std::to_string(reserved_) +
-                      " bytes of working memory: activations and the first page of the KV cache)");
-    }
-    available = budget_ - reserved_;
-    ring_buffers_ = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(ring_buffers_), available / largest_unit_));
-  }
-  const uint64_t ring = static_cast<uint64_t>(ring_buffers_) * largest_unit_;
-  uint64_t remaining = budget_ == 0 ? 0 : available - ring;
-  for (UnitPlan& p : plans_) {
-    if (p.buffer_bytes <= remaining) {
-      p.resident = true;
-      remaining -= p.buffer_bytes;
-    }
-  }
-  // The embedding table comes last: a decode step needs one row of it.
-  if (!model_.tied_output && embedding_bytes <= remaining) embedding_resident_ = true;
-}
+// ---- Construction -------------------------------------------------------------
 
 void LayerLoader::create_ring() {
   for (int i = 0; i < ring_buffers_; ++i) {
@@ -273,38 +123,29 @@ bool LayerLoader::any_streamed() const {
   return false;
 }
 
-LayerLoader::LayerLoader(WeightSource& source, const ModelDescription& model,
-                         const LoaderOptions& options, uint64_t working_bytes, EngineProbe* probe)
+LayerLoader::LayerLoader(WeightSource& source, const ModelDescription& model, const MemoryPlan& plan,
+                         const LoaderOptions& options, EngineProbe* probe)
     : source_(source),
       probe_(probe),
       model_(model),
       mode_(options.mode),
-      budget_(options.memory_budget),
-      reserved_(working_bytes),
+      budget_(plan.budget),
+      reserved_(plan.working.total()),
+      largest_unit_(plan.ring_buffer_bytes),
       read_chunk_bytes_(std::max<size_t>(options.read_chunk_bytes, 1 << 16)),
+      unpack_5bit_(plan.unpack_5bit),
+      plans_(plan.units),
+      ring_buffers_(plan.ring_buffers),
+      embedding_resident_(plan.embedding_resident),
       epoch_(std::chrono::steady_clock::now()) {
   stats_.timeline_origin_ms = wall_clock_ms();
-  if (options.n_buffers < 1) {
-    throw Error(ErrorKind::kInvalidArgument, "the prefetch ring needs at least 1 buffer");
-  }
+  stats_.unpacked_5bit = unpack_5bit_;
+  stats_.activation_bytes = plan.working.activations;
+  stats_.prefill_chunk = plan.prefill_chunk;
   if (options.load_threads < 0) {
     throw Error(ErrorKind::kInvalidArgument,
                 "load_threads must be 0 (as the source prefers) or more, not " + std::to_string(options.load_threads));
   }
-  for (int u = 0; u < model_.n_units(); ++u) plans_.push_back(plan_unit(model_, u, false));
-  // Unpacked only when the budget holds every unit so: a streamed unit
-  // would pay the unpacking on every pass, more than its kernels save.
-  if (options.unpack_5bit) {
-    std::vector<UnitPlan> unpacked;
-    for (int u = 0; u < model_.n_units(); ++u) unpacked.push_back(plan_unit(model_, u, true));
-    if (budget_holds_all(unpacked)) {
-      plans_ = std::move(unpacked);
-      unpack_5bit_ = true;
-      stats_.unpacked_5bit = true;
-    }
-  }
-  choose_residency(options);
-
   resident_.resize(plans_.size());
   for (size_t u = 0; u < plans_.size(); ++u) {
     stats_.units.push_back(
@@ -380,7 +221,7 @@ void LayerLoader::load_into(int unit, Slot& slot) {
   uint8_t* base = slot.buffer.data.get();
   slot.load_reported = false;
   slot.io_start = now();
-  for (const ReadRange& range : plan.ranges) {
+  for (const UnitPlan::ReadRange& range : plan.ranges) {
     for (uint64_t done = 0; done < range.length;) {
       if (cancelled_) throw Error(ErrorKind::kAborted, "loading " + plan.name + " was cancelled");
       const auto n = static_cast<size_t>(std::min<uint64_t>(read_chunk_bytes_, range.length - done));
@@ -825,13 +666,6 @@ void LayerLoader::embed(const int32_t* tokens, int n, float* out, RowTable which
   for (size_t k = 0; k < missing.size() && recent != nullptr; ++k) recent->put(missing[k], fetched.data() + k * row_bytes);
 }
 
-uint64_t LayerLoader::recent_rows_bytes(const ModelDescription& model) {
-  const GgufTensorInfo* table = model.per_layer_token_embd;
-  if (table == nullptr) return 0;
-  const auto row_bytes = static_cast<size_t>(table->bytes / static_cast<uint64_t>(model.shape.n_vocab));
-  return static_cast<uint64_t>(RecentRows::capacity_for(row_bytes)) * row_bytes;
-}
-
 // ---- Control and counters ---------------------------------------------------------
 
 void LayerLoader::cancel() {
@@ -892,6 +726,8 @@ void LayerLoader::reset_counters() {
   fresh.streamed_units = stats_.streamed_units;
   fresh.load_threads = stats_.load_threads;
   fresh.unpacked_5bit = stats_.unpacked_5bit;
+  fresh.activation_bytes = stats_.activation_bytes;
+  fresh.prefill_chunk = stats_.prefill_chunk;
   fresh.units = stats_.units;
   fresh.timeline_origin_ms = stats_.timeline_origin_ms;
   for (UnitCounters& c : fresh.units) {

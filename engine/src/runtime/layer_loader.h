@@ -8,10 +8,9 @@
 //     ring of `n_buffers` buffers while the current one computes, so per-unit
 //     time approaches max(I/O, compute).
 //
-// Under a memory budget, units are kept resident (loaded once, never evicted)
-// in stream order while the budget lasts; the rest stream on every pass. A
-// budget too small for the ring asked for gets a smaller one, down to a single
-// buffer.
+// Which units stay resident (loaded once, never evicted) and which stream on
+// every pass, the ring's size and the units' layout come from the MemoryPlan;
+// as the KV cache grows, resident units give way (claim).
 //
 // The compute thread announces the sequence of units it is about to need
 // (announce), then takes each in turn (acquire ... release). The worker loads
@@ -33,6 +32,7 @@
 #include "sipllm/engine_probe.h"
 
 #include "model/model_description.h"
+#include "runtime/memory_plan.h"
 #include "runtime/recent_rows.h"
 #include "model/unit_weights.h"
 #include "sipllm/error.h"
@@ -44,25 +44,18 @@ namespace sipllm {
 
 class LayerLoader {
  public:
-  // The memory budget covers the weights and `working_bytes` of working
-  // memory (activations, the KV cache's first page), which are set aside
-  // first. Throws Error(kOutOfBudget) naming the size needed when a non-zero
-  // budget cannot hold one unit beside them.
+  // Keeps resident, streams and lays out the units as `plan` says (made
+  // from the same options); `options` gives the loading itself: the mode,
+  // the threads, the read size, the prefetch on open.
   // The probe, when given, is told which unit the compute thread waits for
   // and of every load.
-  LayerLoader(WeightSource& source, const ModelDescription& model, const LoaderOptions& options,
-              uint64_t working_bytes = 0, EngineProbe* probe = nullptr);
+  LayerLoader(WeightSource& source, const ModelDescription& model, const MemoryPlan& plan,
+              const LoaderOptions& options, EngineProbe* probe = nullptr);
   ~LayerLoader();
   LayerLoader(const LayerLoader&) = delete;
   LayerLoader& operator=(const LayerLoader&) = delete;
 
   int n_units() const { return static_cast<int>(plans_.size()); }
-  // The memory one buffer of the ring takes for `model`: its largest unit
-  // (as the file has it: a model that streams is not unpacked).
-  static size_t largest_unit_bytes(const ModelDescription& model);
-  // Whether Q5_0 and Q5_1 matrices are kept unpacked (LoaderOptions::unpack_5bit):
-  // asked for, and the memory budget holds every unit so.
-  bool unpacks_5bit() const { return unpack_5bit_; }
   bool is_resident(int unit) const { return plans_[static_cast<size_t>(unit)].resident; }
 
   // Takes `bytes` more of the memory budget for working memory (the KV cache
@@ -100,8 +93,6 @@ class LayerLoader {
   // The last per-layer rows read are kept (RecentRows), so that a token seen
   // again is not read again.
   void embed(const int32_t* tokens, int n, float* out, RowTable table = RowTable::kTokens);
-  // The memory the kept rows take at most, which the budget must allow.
-  static uint64_t recent_rows_bytes(const ModelDescription& model);
 
   // Makes acquire() throw kAborted promptly and stops prefetching, until
   // clear_cancel(). Safe from any thread.
@@ -115,22 +106,6 @@ class LayerLoader {
   void reset_counters();  // zeroes counters and the timeline, keeps memory
 
  private:
-  struct ReadRange {
-    uint64_t file_offset;
-    uint64_t length;
-    size_t buffer_offset;
-  };
-  struct UnitPlan {
-    std::string name;
-    std::vector<ReadRange> ranges;
-    std::vector<size_t> read_offsets;    // where each tensor's bytes land in the buffer
-    std::vector<size_t> tensor_offsets;  // where it lies prepared
-    std::vector<size_t> moves;           // tensors to move there, in buffer order (none if it is where it lands)
-    std::vector<size_t> vector_offsets;  // float copies of non-F32 norm vectors (or SIZE_MAX)
-    size_t buffer_bytes = 0;
-    uint64_t read_bytes = 0;
-    bool resident = false;
-  };
   enum class SlotState { kFree, kLoading, kReady, kFailed, kInUse };
   struct AlignedFree {
     void operator()(uint8_t* p) const;
@@ -151,12 +126,6 @@ class LayerLoader {
     uint64_t generation = 0;  // bumps on reset, so a stale load is discarded
   };
 
-  static TensorType prepared_type(const TensorSlice& slice, bool unpack_5bit);
-  static UnitPlan plan_unit(const ModelDescription& model, int unit, bool unpack_5bit);
-  // Whether the budget holds every unit as `plans` lay them out, the
-  // embedding table and the working memory beside them.
-  bool budget_holds_all(const std::vector<UnitPlan>& plans) const;
-  void choose_residency(const LoaderOptions& options);
   void create_ring();
   // Under mutex_: bytes of weights held or planned (resident units, the
   // ring, the embedding table), and whether any unit streams.
@@ -185,14 +154,14 @@ class LayerLoader {
   const LoaderMode mode_;
   const uint64_t budget_;
   uint64_t reserved_;            // working memory claimed within the budget
-  size_t largest_unit_ = 0;
+  const size_t largest_unit_;    // a ring buffer's bytes
   const size_t read_chunk_bytes_;
-  bool unpack_5bit_ = false;  // LoaderOptions::unpack_5bit, and the budget holds the model so
-  std::vector<UnitPlan> plans_;
+  const bool unpack_5bit_;       // MemoryPlan::unpack_5bit
+  std::vector<UnitPlan> plans_;  // the plan's, a unit demoted as the KV cache grows (claim)
   std::vector<std::unique_ptr<Slot>> resident_;  // per unit; null when streamed
   std::vector<std::unique_ptr<Slot>> ring_;
-  int ring_buffers_ = 1;  // what the budget allows of the ring asked for
-  bool embedding_resident_ = false;
+  int ring_buffers_;  // what the budget allows of the ring asked for
+  bool embedding_resident_;
   std::unique_ptr<Slot> embedding_;  // the whole token_embd when resident and untied
   std::unique_ptr<RecentRows> recent_per_layer_rows_;  // made on first use (compute thread only)
 

@@ -5,14 +5,18 @@
 
 namespace sipllm {
 
-RecurrentState::RecurrentState(const ModelDescription& model) {
+RecurrentState::RecurrentState(const ModelDescription& model)
+    : RecurrentState(model, std::vector<bool>(model.layers.size(), true)) {}
+
+RecurrentState::RecurrentState(const ModelDescription& model, const std::vector<bool>& kept) {
   size_t total = 0;
-  for (const LayerShape& layer : model.layers) {
+  for (size_t l = 0; l < model.layers.size(); ++l) {
+    const LayerShape& layer = model.layers[l];
     layer_offset_.push_back(total);
     conv_offset_.push_back(total);
-    total += static_cast<size_t>(layer.conv_state);
+    if (kept[l]) total += static_cast<size_t>(layer.conv_state);
     matrix_offset_.push_back(total);
-    total += static_cast<size_t>(layer.matrix_state);
+    if (kept[l]) total += static_cast<size_t>(layer.matrix_state);
     layer_floats_.push_back(total - layer_offset_.back());
   }
   live_.assign(total, 0.0f);

@@ -24,6 +24,9 @@ namespace sipllm {
 class RecurrentState {
  public:
   explicit RecurrentState(const ModelDescription& model);
+  // The state of the layers `kept` marks alone; the others hold none (the
+  // kernel warm-up's: one layer of each kind).
+  RecurrentState(const ModelDescription& model, const std::vector<bool>& kept);
 
   bool empty() const { return live_.empty(); }
   // Layer l's convolution history (conv_kernel - 1 rows, oldest first) and

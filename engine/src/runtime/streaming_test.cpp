@@ -609,7 +609,7 @@ TEST_P(LoaderStress, RandomOrdersAndWrongAnnouncementsAlwaysYieldTheRightBytes) 
   options.load_threads = GetParam();
   options.memory_budget = 0;
   options.read_chunk_bytes = 1 << 16;
-  LayerLoader loader(*source, model, options);
+  LayerLoader loader(*source, model, MemoryPlan::for_loader(model, options), options);
   uint64_t state = 12345;
   auto next = [&] {
     state = state * 6364136223846793005ull + 1442695040888963407ull;

@@ -44,7 +44,7 @@ Transformer::Transformer(const ModelDescription& model, LayerLoader& loader, Thr
     : model_(model),
       shape_(model.shape),
       loader_(loader),
-      pool_(pool),
+      pool_(&pool),
       chunk_(std::max(1, prefill_chunk)) {
   if (model.rope_factors != nullptr) {
     rope_factors_ = loader.read_vector(*model.rope_factors);
@@ -156,6 +156,37 @@ void Transformer::prefill(const int32_t* tokens, int n, int start_pos, KvCache& 
 }
 
 void Transformer::forward_rows(const int32_t* tokens, const std::vector<Segment>& segments) {
+  const int m = size_rows(segments);
+  loader_.embed(tokens, m, x_.data());
+  if (model_.family->scale_embedding) scale_in_place(x_.data(), m * shape_.dim, std::sqrt(static_cast<float>(shape_.dim)));
+  // Every layer's per-layer token embeddings, one range read per distinct
+  // token; block 0 adds the projection of x_ to them (per_layer_inputs).
+  if (model_.per_layer_token_embd != nullptr) {
+    loader_.embed(tokens, m, per_layer_in_.data(), LayerLoader::RowTable::kPerLayer);
+  }
+
+  for (int l = 0; l < shape_.n_layers; ++l) {
+    const UnitWeights& w = loader_.acquire(l);
+    run_block(l, w, m, segments);
+    loader_.release(l);
+  }
+}
+
+void Transformer::run_synthetic_block(int layer, const UnitWeights& w, const float* input, int n, int start_pos,
+                                      KvCache& cache, RecurrentState& state, ThreadPool& pool) {
+  struct RestorePool {
+    ThreadPool*& current;
+    ThreadPool* const own;
+    ~RestorePool() { current = own; }
+  } restore{pool_, pool_};
+  pool_ = &pool;
+  const std::vector<Segment> segments = {Segment{0, n, start_pos, &cache, &state, n}};
+  size_rows(segments);
+  std::copy_n(input, static_cast<size_t>(n) * static_cast<size_t>(shape_.dim), x_.begin());
+  run_block(layer, w, n, segments);
+}
+
+int Transformer::size_rows(const std::vector<Segment>& segments) {
   int m = 0;
   for (const Segment& seg : segments) m = std::max(m, seg.first_row + seg.n);
   const size_t rows = static_cast<size_t>(m);
@@ -201,20 +232,7 @@ void Transformer::forward_rows(const int32_t* tokens, const std::vector<Segment>
       }
     }
   }
-
-  loader_.embed(tokens, m, x_.data());
-  if (model_.family->scale_embedding) scale_in_place(x_.data(), m * shape_.dim, std::sqrt(static_cast<float>(shape_.dim)));
-  // Every layer's per-layer token embeddings, one range read per distinct
-  // token; block 0 adds the projection of x_ to them (per_layer_inputs).
-  if (model_.per_layer_token_embd != nullptr) {
-    loader_.embed(tokens, m, per_layer_in_.data(), LayerLoader::RowTable::kPerLayer);
-  }
-
-  for (int l = 0; l < shape_.n_layers; ++l) {
-    const UnitWeights& w = loader_.acquire(l);
-    run_block(l, w, m, segments);
-    loader_.release(l);
-  }
+  return m;
 }
 
 void Transformer::hidden_states(const std::vector<Sequence>& sequences, std::vector<float>& out) {
@@ -267,7 +285,7 @@ void Transformer::hidden_states(const std::vector<Sequence>& sequences, std::vec
 template <class Fn>
 void Transformer::for_each_position(int n, int width, const Fn& fn) {
   const size_t per_chunk = std::max<size_t>(1, kParallelElements / static_cast<size_t>(width));
-  pool_.parallel_for(static_cast<size_t>(n), per_chunk, [&](size_t begin, size_t end, int) {
+  pool_->parallel_for(static_cast<size_t>(n), per_chunk, [&](size_t begin, size_t end, int) {
     for (size_t i = begin; i < end; ++i) fn(static_cast<int>(i));
   });
 }
@@ -279,7 +297,7 @@ void Transformer::per_layer_inputs(const UnitWeights& w, int n) {
   const int npl = shape_.n_embd_per_layer;
   const auto all_layers = static_cast<int>(shape_.size(Dim::kEmbdAllLayers));
   activations_.reset(x_.data(), n, shape_.dim);
-  matmul(w.per_layer_model_proj, activations_, per_layer_proj_.data(), pool_);
+  matmul(w.per_layer_model_proj, activations_, per_layer_proj_.data(), *pool_);
   const float projection_scale = 1.0f / std::sqrt(static_cast<float>(shape_.dim));
   const float token_scale = std::sqrt(static_cast<float>(npl));
   const float input_scale = 1.0f / std::sqrt(2.0f);
@@ -322,11 +340,11 @@ void Transformer::run_block(int layer, const UnitWeights& w, int n, const std::v
   // Feed-forward.
   for_each_position(n, dim, [&](int i) { rmsnorm(at(xb_, i, dim), at(x_, i, dim), w.ffn_norm, dim, s.rms_eps); });
   activations_.reset(xb_.data(), n, dim);
-  matmul_each({{&w.ffn_gate, gate_.data()}, {&w.ffn_up, up_.data()}}, activations_, pool_);
+  matmul_each({{&w.ffn_gate, gate_.data()}, {&w.ffn_up, up_.data()}}, activations_, *pool_);
   const auto activate = model_.family->feed_forward == FeedForward::kGeluTanh ? gelu_tanh_glu : swiglu;
   for_each_position(n, hidden, [&](int i) { activate(at(gate_, i, hidden), at(up_, i, hidden), hidden); });
   activations_.reset(gate_.data(), n, hidden);
-  matmul(w.ffn_down, activations_, proj_.data(), pool_);
+  matmul(w.ffn_down, activations_, proj_.data(), *pool_);
   add_branch(w.post_ffw_norm);
 
   // Gemma 4's per-layer input: x += post_norm(proj(gelu(gate x) * input)).
@@ -334,12 +352,12 @@ void Transformer::run_block(int layer, const UnitWeights& w, int n, const std::v
     const int npl = s.n_embd_per_layer;
     const auto all_layers = static_cast<int>(s.size(Dim::kEmbdAllLayers));
     activations_.reset(x_.data(), n, dim);
-    matmul(w.per_layer_gate, activations_, per_layer_gate_.data(), pool_);
+    matmul(w.per_layer_gate, activations_, per_layer_gate_.data(), *pool_);
     for_each_position(n, npl, [&](int i) {
       gelu_tanh_glu(at(per_layer_gate_, i, npl), at(per_layer_in_, i, all_layers) + layer * npl, npl);
     });
     activations_.reset(per_layer_gate_.data(), n, npl);
-    matmul(w.per_layer_proj, activations_, proj_.data(), pool_);
+    matmul(w.per_layer_proj, activations_, proj_.data(), *pool_);
     add_branch(w.per_layer_post_norm);
   }
   // The layer's output scaled (Gemma 4), residual stream and all.
@@ -366,11 +384,11 @@ void Transformer::attend(int layer, const UnitWeights& w, int n, const std::vect
 
   float* q_out = gated ? q_gated_.data() : q_.data();
   if (!own_kv) {
-    matmul(w.attn_q, activations_, q_out, pool_);
+    matmul(w.attn_q, activations_, q_out, *pool_);
   } else if (w.attn_v) {
-    matmul_each({{&w.attn_q, q_out}, {&w.attn_k, k_.data()}, {&w.attn_v, v_.data()}}, activations_, pool_);
+    matmul_each({{&w.attn_q, q_out}, {&w.attn_k, k_.data()}, {&w.attn_v, v_.data()}}, activations_, *pool_);
   } else {  // Gemma 4 without attn_v: the values are the keys' projection
-    matmul_each({{&w.attn_q, q_out}, {&w.attn_k, k_.data()}}, activations_, pool_);
+    matmul_each({{&w.attn_q, q_out}, {&w.attn_k, k_.data()}}, activations_, *pool_);
     std::copy_n(k_.data(), static_cast<size_t>(n) * static_cast<size_t>(kv_dim), v_.data());
   }
   // Which sequence's cache, and which position in it, each row is.
@@ -417,7 +435,7 @@ void Transformer::attend(int layer, const UnitWeights& w, int n, const std::vect
   for (const Segment& seg : segments) {
     const size_t offset = static_cast<size_t>(seg.first_row) * static_cast<size_t>(q_dim);
     attention(q_.data() + offset, seg.n, seg.start_pos, *seg.cache, this_layer.kv_source, shape,
-              att_out_.data() + offset, pool_, scores_,
+              att_out_.data() + offset, *pool_, scores_,
               seg.batch >= kTiledMinQueries ? AttentionPath::kTiled : AttentionPath::kOneChunk);
   }
   if (gated) {
@@ -428,7 +446,7 @@ void Transformer::attend(int layer, const UnitWeights& w, int n, const std::vect
     });
   }
   activations_.reset(att_out_.data(), n, q_dim);
-  matmul(w.attn_output, activations_, proj_.data(), pool_);
+  matmul(w.attn_output, activations_, proj_.data(), *pool_);
 }
 
 template <class Run>
@@ -455,7 +473,7 @@ void Transformer::delta_net(int layer, const UnitWeights& w, int n, const std::v
   const int keys = s.ssm_key_heads * s.ssm_head_k;
   matmul_each({{&w.ssm_qkv, mix_in_.data()}, {&w.ssm_gate, ssm_z_.data()}, {&w.ssm_alpha, ssm_g_.data()},
                {&w.ssm_beta, ssm_beta_.data()}},
-              activations_, pool_);
+              activations_, *pool_);
   // Per value head: the log-decay a * softplus(alpha x + dt_bias) and the
   // update's strength sigmoid(beta x).
   for (int i = 0; i < n; ++i) {
@@ -475,7 +493,7 @@ void Transformer::delta_net(int layer, const UnitWeights& w, int n, const std::v
   run_recurrence(layer, segments, [&](int first, int count, RecurrentState& state) {
     // The causal convolution over q, k and v, SiLU; q and k L2-normed per head.
     causal_conv(at(mix_in_, first, qkv_dim), count, qkv_dim, s.conv_kernel, w.conv_weight, state.conv(layer),
-                at(conv_out_, first, qkv_dim), pool_);
+                at(conv_out_, first, qkv_dim), *pool_);
     for_each_position(count, qkv_dim, [&](int i) {
       float* row = at(conv_out_, first + i, qkv_dim);
       silu_in_place(row, qkv_dim);
@@ -485,7 +503,7 @@ void Transformer::delta_net(int layer, const UnitWeights& w, int n, const std::v
       scale_in_place(row, keys, q_scale);
     });
     delta_net_chunked(at(conv_out_, first, qkv_dim), at(ssm_g_, first, heads), at(ssm_beta_, first, heads), count,
-                      shape, kDeltaNetChunk, state.matrices(layer), at(ssm_y_, first, inner), pool_);
+                      shape, kDeltaNetChunk, state.matrices(layer), at(ssm_y_, first, inner), *pool_);
   });
   // Each head's output normalized, gated by silu(z), projected.
   for_each_position(n, inner, [&](int i) {
@@ -498,13 +516,13 @@ void Transformer::delta_net(int layer, const UnitWeights& w, int n, const std::v
     swiglu(z, y, inner);  // silu(z) * y
   });
   activations_.reset(ssm_z_.data(), n, inner);
-  matmul(w.ssm_out, activations_, proj_.data(), pool_);
+  matmul(w.ssm_out, activations_, proj_.data(), *pool_);
 }
 
 void Transformer::short_conv(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments) {
   const int dim = shape_.dim;
   // B, C and x; the convolution runs over B * x and its output is gated by C.
-  matmul(w.conv_in, activations_, mix_in_.data(), pool_);
+  matmul(w.conv_in, activations_, mix_in_.data(), *pool_);
   for_each_position(n, dim, [&](int i) {
     const float* bcx = at(mix_in_, i, 3 * dim);
     float* bx = at(conv_in_, i, dim);
@@ -512,7 +530,7 @@ void Transformer::short_conv(int layer, const UnitWeights& w, int n, const std::
   });
   run_recurrence(layer, segments, [&](int first, int count, RecurrentState& state) {
     causal_conv(at(conv_in_, first, dim), count, dim, shape_.conv_kernel, w.conv_weight, state.conv(layer),
-                at(conv_out_, first, dim), pool_);
+                at(conv_out_, first, dim), *pool_);
   });
   for_each_position(n, dim, [&](int i) {
     const float* c_gate = at(mix_in_, i, 3 * dim) + dim;
@@ -520,7 +538,7 @@ void Transformer::short_conv(int layer, const UnitWeights& w, int n, const std::
     for (int c = 0; c < dim; ++c) y[c] *= c_gate[c];
   });
   activations_.reset(conv_out_.data(), n, dim);
-  matmul(w.conv_out, activations_, proj_.data(), pool_);
+  matmul(w.conv_out, activations_, proj_.data(), *pool_);
 }
 
 void Transformer::run_head(int first, int count, float* logits) {
@@ -537,7 +555,7 @@ void Transformer::run_head(int first, int count, float* logits) {
       activations_.reset(xb_.data(), count, dim);
     }
     // This piece's rows of every position's logits.
-    matmul(w.output, activations_, logits + row, pool_, vocab);
+    matmul(w.output, activations_, logits + row, *pool_, vocab);
     row += w.output.rows;
     loader_.release(u);
   }

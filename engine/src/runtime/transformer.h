@@ -58,6 +58,13 @@ class Transformer {
   // be empty.
   void hidden_states(const std::vector<Sequence>& sequences, std::vector<float>& out);
 
+  // The kernel warm-up's pass (KernelWarmUp): block `layer` with weights
+  // `w` (synthetic ones) over n rows of `input` (dim floats each) at
+  // positions start_pos.. of `cache` and `state`, on `pool`. What the
+  // activations hold afterwards is of no use; the next pass overwrites it.
+  void run_synthetic_block(int layer, const UnitWeights& w, const float* input, int n, int start_pos,
+                           KvCache& cache, RecurrentState& state, ThreadPool& pool);
+
   int prefill_chunk() const { return chunk_; }
 
   // The most working memory a forward pass takes beside the weights and the
@@ -87,6 +94,9 @@ class Transformer {
   };
   // Embeds the batch's tokens and runs every block over it.
   void forward_rows(const int32_t* tokens, const std::vector<Segment>& segments);
+  // Sizes the activations for the segments' rows and fills their rope
+  // tables; returns the number of rows.
+  int size_rows(const std::vector<Segment>& segments);
   void run_block(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments);
   // Gemma 4: every layer's per-layer input of the n rows, from their
   // per-layer token embeddings (per_layer_in_) and x_, with block 0's
@@ -114,7 +124,7 @@ class Transformer {
   const ModelDescription& model_;
   const ModelShape& shape_;
   LayerLoader& loader_;
-  ThreadPool& pool_;
+  ThreadPool* pool_;  // the engine's; another during run_synthetic_block
   int chunk_;
   std::vector<float> rope_factors_;
   std::vector<RopeParams> rope_;  // one per rotary setup of the description

@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cmath>
 #include <limits>
 #include <thread>
 
+#include "model/gguf.h"
+#include "runtime/kernel_warm_up.h"
 #include "sipllm/engine.h"
 #include "sipllm/error.h"
 #include "test_support.h"
@@ -53,6 +57,71 @@ TEST(WarmUp, LeavesEveryResultUnchanged) {
     warm->warm_up(5);
     EXPECT_EQ(test::generate_text(*warm, " there was", test::greedy(12)), second)
         << tensor_type_name(static_cast<uint32_t>(type));
+  }
+}
+
+std::string arch_fixture(const std::string& name) {
+  return std::string(SIPLLM_SOURCE_DIR) + "/tests/fixtures/arch/" + name;
+}
+
+// The warm-up runs the forward pass's own blocks on synthetic weights, with
+// the engine's activations: a family whose layers differ (hybrid recurrences,
+// sliding windows, shared keys, per-layer inputs) must come out of it with
+// every result unchanged, from the first request and mid-conversation.
+TEST(WarmUp, EveryFamilyRunsItsOwnBlocksAndChangesNoResult) {
+  for (const char* name : {"qwen35-Q4_K_M.gguf", "gemma4-Q4_K_M.gguf", "lfm2-Q4_K_M.gguf", "gemma3-Q8_0.gguf",
+                           "phi3-Q4_K_M.gguf"}) {
+    EngineOptions options;
+    options.threads = 2;
+    options.context_length = 256;
+    auto cold = Engine::open(open_file_source(arch_fixture(name)), options);
+    const std::vector<int32_t> prompt = {1, 17, 42, 99, 7, 250, 3, 64};
+    const std::vector<int32_t> more = {12, 480, 33};
+    std::vector<int32_t> first, second;
+    cold->generate_tokens(prompt, test::greedy(8), [&](const TokenEvent& e) { first.push_back(e.token); return true; });
+    cold->generate_tokens(more, test::greedy(8), [&](const TokenEvent& e) { second.push_back(e.token); return true; });
+
+    auto warm = Engine::open(open_file_source(arch_fixture(name)), options);
+    warm->warm_up(30);
+    std::vector<int32_t> got;
+    warm->generate_tokens(prompt, test::greedy(8), [&](const TokenEvent& e) { got.push_back(e.token); return true; });
+    EXPECT_EQ(got, first) << name;
+    warm->warm_up(30);
+    got.clear();
+    warm->generate_tokens(more, test::greedy(8), [&](const TokenEvent& e) { got.push_back(e.token); return true; });
+    EXPECT_EQ(got, second) << name;
+  }
+}
+
+// One layer of each kind, every kind: a hybrid model's recurrent layers and
+// its attention layers; Gemma 4's sliding and global layers, those that
+// share keys, and block 0 with the per-layer projection.
+TEST(WarmUp, RunsOneLayerOfEveryKind) {
+  for (const char* name : {"qwen35-Q8_0.gguf", "gemma4-Q8_0.gguf", "lfm2-Q8_0.gguf", "llama3-Q8_0.gguf"}) {
+    auto source = open_file_source(arch_fixture(name));
+    const GgufFile file = GgufFile::parse(*source);
+    const ModelDescription model = describe_model(file);
+    const MemoryPlan plan = MemoryPlan::for_loader(model, LoaderOptions{});
+    const std::vector<int> layers = KernelWarmUp::one_layer_of_each_kind(model, plan);
+    ASSERT_FALSE(layers.empty()) << name;
+    EXPECT_EQ(layers.front(), 0) << name;
+    const auto has = [&](const std::function<bool(const LayerShape&, int)>& which) {
+      bool in_model = false, run = false;
+      for (int l = 0; l < model.shape.n_layers; ++l) {
+        if (!which(model.layers[static_cast<size_t>(l)], l)) continue;
+        in_model = true;
+        run = run || std::find(layers.begin(), layers.end(), l) != layers.end();
+      }
+      return !in_model || run;
+    };
+    for (LayerKind kind : {LayerKind::kAttention, LayerKind::kDeltaNet, LayerKind::kShortConv}) {
+      EXPECT_TRUE(has([&](const LayerShape& s, int) { return s.kind == kind; })) << name << " kind " << static_cast<int>(kind);
+    }
+    EXPECT_TRUE(has([](const LayerShape& s, int) { return s.sliding_window; })) << name;
+    EXPECT_TRUE(has([](const LayerShape& s, int) { return !s.sliding_window; })) << name;
+    EXPECT_TRUE(has([](const LayerShape& s, int l) { return s.kv_source != l; })) << name;
+    // Fewer than every layer where layers repeat (one type throughout here): the warm-up is short.
+    EXPECT_LT(layers.size(), static_cast<size_t>(model.shape.n_layers)) << name;
   }
 }
 
