@@ -209,20 +209,6 @@ val answer(const std::function<val()>& fn) {
 
 // ---- Results, written from the lists of bridge_results.h ---------------------------
 
-std::string camel_case(const std::string& snake) {
-  std::string out;
-  bool upper = false;
-  for (char c : snake) {
-    if (c == '_') {
-      upper = true;
-    } else {
-      out += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
-      upper = false;
-    }
-  }
-  return out;
-}
-
 // Each listed struct as an object, declared before the templates that call
 // them: the structs live in namespace sipllm, where argument-dependent lookup
 // would not find these.

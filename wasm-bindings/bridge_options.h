@@ -4,7 +4,7 @@
 // who sets it and what it means. From these lists:
 //   bindings.cpp      reads the option objects JavaScript passes (read_options),
 //                     naming the offending option in every error;
-//   bridge_types.cpp  writes web/src/bridge.generated.ts: the TypeScript
+//   bridge_types.cpp  writes web/src/bridge/bridge.generated.ts: the TypeScript
 //                     interfaces of the same options, their documentation, and
 //                     the tables the package checks options against. A ctest
 //                     test (BridgeTypes.UpToDate) fails when that file is stale;
@@ -117,6 +117,7 @@ inline constexpr std::span<const std::string_view> kNoChoices{};
   X(topK, kInteger, kAny, kPublic, kNoChoices, sampling.top_k, "<= 0: all; default 40.")                           \
   X(topP, kNumber, kAny, kPublic, kNoChoices, sampling.top_p, ">= 1: off; default 0.95.")                          \
   X(minP, kNumber, kAny, kPublic, kNoChoices, sampling.min_p, "<= 0: off; default 0.05.")                          \
+  X(typicalP, kNumber, kAny, kPublic, kNoChoices, sampling.typical_p, "Locally typical sampling; >= 1: off (default).") \
   X(repeatPenalty, kNumber, kAny, kPublic, kNoChoices, sampling.repeat_penalty, "Default 1 (off).")                \
   X(repeatLastN, kInteger, kAny, kPublic, kNoChoices, sampling.repeat_last_n, "Default 64.")                       \
   X(presencePenalty, kNumber, kAny, kPublic, kNoChoices, sampling.presence_penalty,                                \

@@ -2,12 +2,14 @@
 // description and the statistics of the loader, a generation and the HTTP
 // source, field by field. As with bridge_options.h, bindings.cpp writes the
 // JavaScript objects from these lists and bridge_types.cpp writes their
-// TypeScript interfaces into web/src/bridge.generated.ts.
+// TypeScript interfaces into web/src/bridge/bridge.generated.ts.
 //
 // Free of Emscripten, so that the generator builds natively.
 #pragma once
 
+#include <cctype>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "sipllm/engine.h"
@@ -31,6 +33,22 @@ struct ResultSpec {
   std::string_view ts;   // the TypeScript type of a kNested field ("" otherwise)
   std::string_view doc;  // "" when the name says it all
 };
+
+// A snake_case name as JavaScript spells it: "n_kv_heads" -> "nKvHeads" (the
+// hyper-parameters, SIPLLM_HYPERPARAMETERS in sipllm/engine.h).
+inline std::string camel_case(std::string_view snake) {
+  std::string out;
+  bool upper = false;
+  for (char c : snake) {
+    if (c == '_') {
+      upper = true;
+    } else {
+      out += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+      upper = false;
+    }
+  }
+  return out;
+}
 
 // X(jsName, type, member, ts, doc): `member` is read from the struct named in
 // the list's comment; it may be a call (prompt_tokens_per_s()).

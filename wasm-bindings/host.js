@@ -136,7 +136,7 @@ Module['sipllmHost'] = (function () {
       // buffer"): Chromium then hands over up to 1 MiB a read instead of a
       // chunk of 64 KiB or less, and a range costs the renderer a few reads
       // (a cold load from localhost on 2 cores took 9.9-10.8 s instead of
-      // 10.4-13.0; see web/src/early-ranges.ts, which reads so too).
+      // 10.4-13.0; see web/src/page/early-fetch.ts, which reads so too).
       var byob = null;
       try {
         byob = response.body.getReader({ mode: 'byob' });
@@ -208,7 +208,7 @@ Module['sipllmHost'] = (function () {
       Atomics.store(w, state, CALL_RUNNING);
       return true;
     };
-    // The web package's early pieces of the file (web/src/early-ranges.ts)
+    // The web package's early pieces of the file (web/src/bridge/early-pieces.ts)
     // answer what they hold; the rest is fetched here.
     var early = Module['sipllmRegistry'] && Module['sipllmRegistry'].early;
     var served = null;

@@ -36,6 +36,7 @@ const char* const kUsage =
     "  --temp T            temperature, 0 = greedy (default 0.8)\n"
     "  --top-k K           (default 40)       --top-p P   (default 0.95)\n"
     "  --min-p M           (default 0.05)     --repeat-penalty R (default 1.0)\n"
+    "  --typical-p P       locally typical sampling (default 1: off)\n"
     "  --repeat-last-n N   (default 64)       --seed S    (default random)\n"
     "  --presence-penalty P, --frequency-penalty F   OpenAI's, over the last N (default 0)\n"
     "  --stop STRING       stop before STRING (repeatable)\n"
@@ -225,6 +226,9 @@ ParsedArgs parse_args(const std::string& command, const std::vector<std::string>
     } else if (flag == "--min-p") {
       sampling_given = true;
       s.min_p = static_cast<float>(parse_double(flag, r.value(flag), 0, 1));
+    } else if (flag == "--typical-p") {
+      sampling_given = true;
+      s.typical_p = static_cast<float>(parse_double(flag, r.value(flag), 1e-6, 1));
     } else if (flag == "--repeat-penalty") {
       sampling_given = true;
       s.repeat_penalty = static_cast<float>(parse_double(flag, r.value(flag), 1e-3, 100));

@@ -507,7 +507,7 @@ function checkRow(o, row, notes) {
 // Where a GGUF file's tensor data starts (the size of its header), read
 // with the package's own layout reader, the one its early fetch uses.
 async function tensorDataStart(path) {
-  const { readGgufLayout, NeedMoreBytes } = await import(pathToFileURL(join(repoRoot, 'web/dist/gguf-layout.js')).href);
+  const { readGgufLayout, NeedMoreBytes } = await import(pathToFileURL(join(repoRoot, 'web/dist/page/gguf-layout.js')).href);
   const size = statSync(path).size;
   for (let length = Math.min(size, 4 << 20); ; length = Math.min(size, 2 * length)) {
     const bytes = new Uint8Array(length);

@@ -1,7 +1,7 @@
-export { SipLLM } from './sipllm.js';
-export type { ChatFunction } from './sipllm.js';
-export type { ChatCompletions, Completions, Embeddings } from './openai.js';
-export type * from './openai-types.js';
+export { SipLLM } from './page/sipllm.js';
+export type { ChatFunction } from './page/sipllm.js';
+export type { ChatCompletions, Completions, Embeddings } from './openai/openai.js';
+export type * from './openai/openai-types.js';
 export { renderChatTemplate } from './chat.js';
 export {
   AbortError,

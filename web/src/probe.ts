@@ -8,7 +8,7 @@
 // left: which requests were waiting, and since when.
 
 // The worker's words, in the Int32Array the page gives it at 'init' (element
-// 0 is the cancel target, see protocol.ts).
+// 0 is the cancel target, see bridge/protocol.ts).
 export const WorkerWords = {
   cancelTarget: 0,
   request: 1,      // id of the request the worker is running, 0 when none

@@ -11,10 +11,12 @@ import type {
   LoaderStats,
   ModelInfo,
   SourceStats,
-} from './bridge.generated.js';
+} from './bridge/bridge.generated.js';
 
 // The engine's results, as bindings.cpp writes them.
-export type { CachedModel, LoaderStats, ModelInfo, ParallelTime, SourceStats, UnitCounters, UnitEvent } from './bridge.generated.js';
+export type {
+  CachedModel, LoaderStats, ModelHyperparameters, ModelInfo, ParallelTime, SourceStats, UnitCounters, UnitEvent,
+} from './bridge/bridge.generated.js';
 
 // 'threaded': pthreads + SIMD128; 'relaxed': the same with relaxed SIMD's
 // 8-bit dot product (faster matrix products); 'single': SIMD128 on one thread.
@@ -122,30 +124,6 @@ export interface ChatOptions extends GenerateOptions {
   fallbackTemplate?: string;
   // More variables for the template (tools, date_string, ...).
   templateVariables?: Record<string, unknown>;
-}
-
-// The engine's list of hyper-parameters (ModelInfo::hyperparameters in
-// engine.h), names in camelCase: these always, the optional ones where the
-// model has them.
-export interface ModelHyperparameters {
-  nLayers: number;
-  dim: number;
-  hiddenDim: number;
-  nHeads: number;
-  nKvHeads: number;
-  headDim: number;
-  nVocab: number;
-  contextLength: number;  // the engine's, at most trainedContextLength
-  trainedContextLength: number;
-  rmsEps: number;
-  ropeDims: number;
-  ropeFreqBase: number;
-  ropeFreqScale?: number;
-  ropeAttnFactor?: number;
-  slidingWindow?: number;
-  localRopeFreqBase?: number;
-  attnSoftcap?: number;
-  finalSoftcap?: number;
 }
 
 // A generation's figures: the engine's, and tokensAtCancel.

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { AbortError, SipLLM } from '../dist/index.js';
 import type { LoadOptions } from '../dist/index.js';
-import { readGgufLayout } from '../dist/gguf-layout.js';
+import { readGgufLayout } from '../dist/page/gguf-layout.js';
 import { checkCache, parseIndex } from '../../scripts/fault-matrix/lib.mjs';
 import {
   RangeServer, cliPath, collect, generateModel, nativeGreedy, nativeTokenize, removeDir, tempDir,
@@ -182,7 +182,7 @@ function askedTwice(spans: Span[]): string[] {
 // prompt's embedding rows (a request of one row each) before the pages that
 // hold them arrive, and get those bytes again with the pages, which the
 // output head reads whole; and it may give up pieces the package fetched
-// ahead once the engine leads (early-ranges.ts), whose bytes the engine then
+// ahead once the engine leads (page/early-fetch.ts), whose bytes the engine then
 // fetches itself. Returns those extra bytes.
 function expectEachByteOnce(log: ServerLogEntry[], needed: number, cold: boolean) {
   const answers = log.map((entry) => ({ span: requestedSpan(entry), bytes: entry.bytes }));

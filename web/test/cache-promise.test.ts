@@ -31,7 +31,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { SipLLM } from '../dist/index.js';
 import type { CachedModel, LoadOptions } from '../dist/index.js';
-import { readGgufLayout } from '../dist/gguf-layout.js';
+import { readGgufLayout } from '../dist/page/gguf-layout.js';
 import type { ServerLogEntry } from './support.js';
 import { RangeServer, cliPath, collect, generateModel, nativeGreedy, removeDir, tempDir } from './support.js';
 

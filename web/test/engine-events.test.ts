@@ -6,8 +6,8 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 
-import { loadEngineModule } from '../dist/module-loader.js';
-import type { EngineEvent } from '../dist/module-loader.js';
+import { loadEngineModule } from '../dist/worker/module-loader.js';
+import type { EngineEvent } from '../dist/worker/module-loader.js';
 import { modelPath } from './support.js';
 
 const MODEL = 'stories260K.gguf';

@@ -189,6 +189,33 @@ describe('the package', () => {
     }
   });
 
+  it('samples typically (typicalP) as the native engine does, and the engine checks its range', async () => {
+    const llm = await SipLLM.load(readFileSync(modelPath(MODEL)), { threads: 2 });
+    try {
+      const sampling = { temperature: 1, topK: 0, topP: 1, minP: 0, seed: 7 };
+      const flags = ['--temp', '1', '--top-k', '0', '--top-p', '1', '--min-p', '0', '--seed', '7'];
+      const typical = await collect(llm.generate(PROMPT, { maxTokens: 60, ...sampling, typicalP: 0.5 }));
+      expect(typical).toBe(nativeRun(MODEL, PROMPT, 60, [...flags, '--typical-p', '0.5']));
+      await llm.reset();
+      const untouched = await collect(llm.generate(PROMPT, { maxTokens: 60, ...sampling }));
+      expect(untouched).toBe(nativeRun(MODEL, PROMPT, 60, flags));
+      expect(typical).not.toBe(untouched);
+      for (const bad of [0, -1]) {
+        const error = await collect(llm.generate(PROMPT, { maxTokens: 4, typicalP: bad })).catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(InvalidArgumentError);
+        expect((error as Error).message).toContain('typical_p must be > 0');
+      }
+      // The OpenAI layer passes it on, and its range is the engine's to check.
+      const completion = await llm.completions.create({ prompt: PROMPT, max_tokens: 60, temperature: 1, top_k: 0,
+                                                        top_p: 1, min_p: 0, seed: 7, typical_p: 0.5 });
+      expect(completion.choices[0].text).toBe(typical);
+      await expect(llm.completions.create({ prompt: PROMPT, max_tokens: 4, typical_p: 0 }))
+        .rejects.toThrow(/typical_p must be > 0/);
+    } finally {
+      await llm.unload();
+    }
+  });
+
   it('continues a conversation and forgets it on reset', async () => {
     const llm = await SipLLM.load(readFileSync(modelPath(MODEL)), { threads: 1 });
     try {

@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { AbortError, InvalidArgumentError, SipLLM, UnsupportedError, renderChatTemplate } from '../dist/index.js';
 import type { ChatCompletionChunk, ChatCompletionCreateParams, ChatCompletionTool, Completion } from '../dist/index.js';
-import { parseToolCalls, toolCallStyle } from '../dist/tool-calls.js';
+import { parseToolCalls, toolCallStyle } from '../dist/openai/tool-calls.js';
 import { RangeServer, cliPath, collect, nativeRun, repoRoot } from './support.js';
 
 const FIXTURES = join(repoRoot, 'tests/fixtures/arch');

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { NetworkError, SipLLM } from '../dist/index.js';
 import type { LoadProgress } from '../dist/index.js';
-import { blockSpan, readGgufLayout } from '../dist/gguf-layout.js';
+import { blockSpan, readGgufLayout } from '../dist/page/gguf-layout.js';
 import {
   RangeServer, collect, fileSize, generateModel, nativeGreedy, nativeRun, removeDir, serveDir, tempDir,
 } from './support.js';

@@ -35,15 +35,38 @@ struct Hyperparameter {
   double value = 0;
 };
 
+// Every hyper-parameter a ModelInfo may list, in its order:
+// X(name, always, what). Those not `always` are listed only where the model
+// has them. The web package's ModelHyperparameters is generated from here.
+#define SIPLLM_HYPERPARAMETERS(X)                                                                   \
+  X(n_layers, true, "Transformer blocks.")                                                          \
+  X(dim, true, "The embedding width.")                                                              \
+  X(hidden_dim, true, "The feed-forward's width (the widest layer's).")                             \
+  X(n_heads, true, "Attention heads.")                                                              \
+  X(n_kv_heads, true, "Key and value heads.")                                                       \
+  X(head_dim, true, "Floats of each head.")                                                         \
+  X(n_vocab, true, "Tokens of the vocabulary.")                                                     \
+  X(context_length, true, "The engine's context, at most trained_context_length.")                  \
+  X(trained_context_length, true, "The context the model was trained for.")                         \
+  X(rms_eps, true, "The norms' epsilon.")                                                           \
+  X(rope_dims, true, "Elements of a head the rotary embedding turns.")                               \
+  X(rope_freq_base, true, "The rotary embedding's base.")                                           \
+  X(rope_freq_scale, false, "The rotary positions' scale, where not 1.")                            \
+  X(rope_attn_factor, false, "The rotary embedding's magnitude factor, where not 1.")               \
+  X(sliding_window, false, "Positions a sliding-window layer sees.")                                \
+  X(local_rope_freq_base, false, "The sliding-window layers' rotary base.")                         \
+  X(attn_softcap, false, "The attention scores' soft cap.")                                         \
+  X(final_softcap, false, "The logits' soft cap.")                                                  \
+  X(pooling_type, false, "How an embedding model pools (llama.cpp's: 1 mean, 2 CLS, 3 last, 4 rank).")     \
+  X(head_dim_swa, false, "Floats of each head of the sliding-window layers.")                       \
+  X(rope_dims_swa, false, "Elements the sliding-window layers' rotary embedding turns.")            \
+  X(shared_kv_layers, false, "The last layers, which attend over earlier layers' keys and values.")  \
+  X(n_embd_per_layer, false, "Floats of each layer's per-layer input.")
+
 struct ModelInfo {
   std::string architecture;  // general.architecture: "llama", "qwen3", ...
   std::string name;
-  // The hyper-parameters that apply to this model, in a fixed order:
-  // n_layers, dim, hidden_dim, n_heads, n_kv_heads, head_dim, n_vocab,
-  // context_length (the engine's), trained_context_length, rms_eps,
-  // rope_dims, rope_freq_base; then, where the model has them,
-  // rope_freq_scale, rope_attn_factor, sliding_window, local_rope_freq_base,
-  // attn_softcap, final_softcap.
+  // The hyper-parameters that apply to this model (SIPLLM_HYPERPARAMETERS).
   std::vector<Hyperparameter> hyperparameters;
   // The one named `key`; `fallback` when the model has none of that name.
   double hyperparameter(std::string_view key, double fallback = 0) const;

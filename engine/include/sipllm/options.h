@@ -84,6 +84,10 @@ struct SamplingOptions {
   int top_k = 40;            // <= 0: all tokens
   float top_p = 0.95f;       // >= 1: off
   float min_p = 0.05f;       // <= 0: off
+  // Locally typical sampling (llama.cpp's typical_p): the tokens whose
+  // surprise is closest to the distribution's entropy, as many as make up
+  // this much probability. > 0; >= 1: off.
+  float typical_p = 1.0f;
   float repeat_penalty = 1.0f;
   // Subtracted from the logit of each token of the last repeat_last_n: the
   // presence penalty once, the frequency penalty once per occurrence

@@ -5,9 +5,11 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 #include <thread>
 
 #include "kernels/matmul.h"
+#include "model/gguf_writer.h"
 #include "sipllm/engine_probe.h"
 #include "test_support.h"
 
@@ -281,6 +283,54 @@ TEST(Engine, DotProductPeakIsMeasuredAndRefusesABadDuration) {
       EXPECT_NE(std::string(e.what()).find("milliseconds"), std::string::npos) << e.what();
     }
   }
+}
+
+}  // namespace
+}  // namespace sipllm
+
+namespace sipllm {
+namespace {
+
+// What ModelInfo lists is what SIPLLM_HYPERPARAMETERS declares (the web
+// package's ModelHyperparameters is generated from it): every name
+// declared, in the declared order, the `always` ones in every model, and,
+// over the families, each optional one somewhere.
+TEST(Engine, HyperparametersAreTheDeclaredListInItsOrder) {
+  struct Declared {
+    std::string name;
+    bool always;
+  };
+  const std::vector<Declared> declared = {
+#define SIPLLM_DECLARED(name, always, what) {#name, always},
+      SIPLLM_HYPERPARAMETERS(SIPLLM_DECLARED)
+#undef SIPLLM_DECLARED
+  };
+  std::set<std::string> seen;
+  const auto check = [&](const ModelInfo& info, const std::string& what) {
+    size_t next = 0;
+    for (const Hyperparameter& h : info.hyperparameters) {
+      while (next < declared.size() && declared[next].name != h.name) {
+        EXPECT_FALSE(declared[next].always) << what << " lacks " << declared[next].name;
+        ++next;
+      }
+      ASSERT_LT(next, declared.size()) << what << ": '" << h.name << "' is not declared, or out of order";
+      seen.insert(h.name);
+      ++next;
+    }
+    for (; next < declared.size(); ++next) EXPECT_FALSE(declared[next].always) << what << " lacks " << declared[next].name;
+  };
+  const std::string arch = std::string(SIPLLM_SOURCE_DIR) + "/tests/fixtures/arch/";
+  for (const char* family : {"llama3", "qwen2", "qwen3", "gemma2", "gemma3", "gemma4", "phi3", "smollm3", "qwen35",
+                             "lfm2"}) {
+    check(Engine::open(open_file_source(arch + family + "-Q8_0.gguf"))->info(), family);
+  }
+  // Pooling (embedding models), rope scaling: keys the fixtures lack.
+  GgufWriter pooled = test::random_family_writer("qwen3");
+  pooled.set_uint32("qwen3.pooling_type", 1);
+  pooled.set_float32("qwen3.rope.scaling.factor", 2.0f);
+  pooled.set_float32("qwen3.rope.scaling.attn_factor", 1.5f);
+  check(Engine::open(make_memory_source(pooled.to_bytes()))->info(), "pooled qwen3");
+  for (const Declared& d : declared) EXPECT_TRUE(seen.count(d.name)) << d.name << " is listed by no model tested";
 }
 
 }  // namespace

@@ -21,6 +21,7 @@ Sampler::Sampler(const SamplingOptions& options, int n_vocab)
   }
   state_ = seed_;
   if (!(options.top_p > 0)) throw Error(ErrorKind::kInvalidArgument, "top_p must be > 0");
+  if (!(options.typical_p > 0)) throw Error(ErrorKind::kInvalidArgument, "typical_p must be > 0");
   if (options.repeat_penalty <= 0) {
     throw Error(ErrorKind::kInvalidArgument, "repeat_penalty must be > 0");
   }
@@ -127,6 +128,34 @@ int32_t Sampler::sample(std::vector<float>& logits, const std::vector<int32_t>& 
   // drawn, not even by the rounding fallback below.
   while (keep > 1 && probs[keep - 1] == 0) --keep;
 
+  if (options_.typical_p < 1.0f && keep > 1) {
+    // As llama.cpp's typical sampler, between top_k and top_p: the tokens
+    // whose surprise (-log p) is closest to the entropy, in that order, until
+    // their probability passes typical_p; kept in probability order, and
+    // their probabilities renormalized, for the filters that follow.
+    double entropy = 0;
+    for (size_t i = 0; i < keep; ++i) entropy -= probs[i] > 0 ? probs[i] * std::log(probs[i]) : 0;
+    std::vector<size_t> order(keep);
+    std::iota(order.begin(), order.end(), size_t{0});
+    const auto distance = [&](size_t i) { return std::fabs(-std::log(probs[i]) - entropy); };
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return distance(a) < distance(b); });
+    double cumulative = 0;
+    size_t n = 0;
+    while (n < keep) {
+      cumulative += probs[order[n++]];
+      if (cumulative > options_.typical_p) break;
+    }
+    order.resize(n);
+    std::sort(order.begin(), order.end());
+    double kept = 0;
+    for (size_t k = 0; k < n; ++k) {
+      ids[k] = ids[order[k]];
+      probs[k] = probs[order[k]];
+      kept += probs[k];
+    }
+    keep = n;
+    for (size_t k = 0; k < keep; ++k) probs[k] /= kept;
+  }
   if (options_.top_p < 1.0f) {
     double cumulative = 0;
     size_t n = 0;

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <string>
+
+#include "sipllm/error.h"
+
 namespace sipllm {
 namespace {
 
@@ -45,6 +50,55 @@ TEST(Sampler, NegativePenaltiesFavourRepetition) {
   SamplingOptions options = greedy();
   options.frequency_penalty = -0.3f;  // +0.6 in all
   EXPECT_EQ(pick(options, logits, {2, 2}), 2);
+}
+
+// Probabilities 0.5, 0.2, 0.15, 0.1, 0.05: entropy 1.333 nats; the tokens'
+// surprise -ln p is 0.69, 1.61, 1.90, 2.30, 3.00, so by distance from the
+// entropy the order is 1 (0.28), 2 (0.56), 0 (0.64), 3, 4. Typical sampling
+// at 0.3 keeps tokens 1 and 2 (0.2, then 0.35 > 0.3): never the likeliest.
+TEST(Sampler, TypicalPKeepsTheTokensWhoseSurpriseIsClosestToTheEntropy) {
+  const std::vector<float> probabilities = {0.5f, 0.2f, 0.15f, 0.1f, 0.05f};
+  std::vector<float> logits;
+  for (float p : probabilities) logits.push_back(std::log(p));
+  SamplingOptions options;
+  options.temperature = 1;
+  options.top_k = 0;
+  options.top_p = 1;
+  options.min_p = 0;
+  const auto draws = [&](float typical_p) {
+    options.typical_p = typical_p;
+    std::vector<int> counts(probabilities.size(), 0);
+    for (uint64_t seed = 1; seed <= 400; ++seed) {
+      options.seed = seed;
+      ++counts[static_cast<size_t>(pick(options, logits, {}))];
+    }
+    return counts;
+  };
+  const std::vector<int> typical = draws(0.3f);
+  EXPECT_EQ(typical[0] + typical[3] + typical[4], 0);
+  // 0.2 : 0.15 of the kept probability.
+  EXPECT_GT(typical[1], 180);
+  EXPECT_GT(typical[2], 120);
+  const std::vector<int> off = draws(1.0f);
+  EXPECT_GT(off[0], 150);
+  EXPECT_GT(off[4], 0);
+  // A share that the first token alone passes keeps it alone.
+  const std::vector<int> one = draws(0.1f);
+  EXPECT_EQ(one[1], 400);
+}
+
+TEST(Sampler, TypicalPMustBePositive) {
+  SamplingOptions options;
+  for (float bad : {0.0f, -0.5f, std::nanf("")}) {
+    options.typical_p = bad;
+    try {
+      Sampler sampler(options, 4);
+      ADD_FAILURE() << "typical_p " << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("typical_p"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -35,7 +35,7 @@ async function closeModel() {
   held = null;
 }
 
-const HEADER_BYTES = 4096;  // web/src/stores.ts: each OPFS file starts with the name it stands for
+const HEADER_BYTES = 4096;  // web/src/worker/stores.ts: each OPFS file starts with the name it stands for
 const MAGIC = 'sipllm-cache-file 1\n';
 
 function base64(bytes) {

@@ -4,8 +4,8 @@
 // model, is an InvalidArgumentError naming it); structured output and forced
 // tool calls become a grammar the engine compiles and enforces.
 
-import { renderChatTemplate } from './chat.js';
-import { InvalidArgumentError, UnsupportedError } from './errors.js';
+import { renderChatTemplate } from '../chat.js';
+import { InvalidArgumentError, UnsupportedError } from '../errors.js';
 import type {
   ChatCompletion,
   ChatCompletionChunk,
@@ -35,7 +35,7 @@ import {
   toolsSystemPrompt,
 } from './tool-calls.js';
 import type { ToolCallStyle } from './tool-calls.js';
-import type { ChatMessage, EmbedOptions, EmbedResult, GenerateOptions, GenerationStats, ModelInfo } from './types.js';
+import type { ChatMessage, EmbedOptions, EmbedResult, GenerateOptions, GenerationStats, ModelInfo } from '../types.js';
 
 // What this layer needs of a loaded model (SipLLM provides it).
 export interface CompletionEngine {
@@ -142,6 +142,8 @@ const SAMPLING_FIELDS: Record<string, Check> = {
   },
   top_k: numberIn(0, 2 ** 31 - 1, true),
   min_p: numberIn(0, 1),
+  // Its range is the engine's to check (InvalidArgumentError "typical_p must be > 0").
+  typical_p: numberIn(-Infinity, Infinity),
   seed: numberIn(0, Number.MAX_SAFE_INTEGER, true),
   stop: stopStrings,
   presence_penalty: numberIn(-2, 2),
@@ -309,6 +311,7 @@ function generateOptions(engine: CompletionEngine, params: SamplingParams & { ma
   if (params.top_p != null) options.topP = params.top_p;
   if (params.top_k != null) options.topK = params.top_k;
   if (params.min_p != null) options.minP = params.min_p;
+  if (params.typical_p != null) options.typicalP = params.typical_p;
   if (params.seed != null) options.seed = params.seed;
   if (params.stop != null) options.stop = Array.isArray(params.stop) ? params.stop : [params.stop];
   if (params.presence_penalty != null) options.presencePenalty = params.presence_penalty;

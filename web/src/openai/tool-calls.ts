@@ -8,7 +8,7 @@
 // A chat template that renders `tools` describes them to the model itself;
 // for one that does not, a system message in the hermes style does.
 
-import { InvalidArgumentError } from './errors.js';
+import { InvalidArgumentError } from '../errors.js';
 import type { ChatCompletionTool, ToolCall, ToolChoice } from './openai-types.js';
 
 export type ToolCallStyle = 'hermes' | 'llama-json';

@@ -1,6 +1,6 @@
 // Where a GGUF file's tensors lie, read from the first bytes of the file:
 // what the worker needs to fetch the first blocks before the engine is ready
-// (early-ranges.ts). Only the layout: metadata values are skipped, and the
+// (early-fetch.ts). Only the layout: metadata values are skipped, and the
 // engine reads and checks the whole header itself.
 
 // GGUF value types (gguf_metadata_value_type) of a fixed size, and their sizes.

@@ -1,19 +1,19 @@
 // The engine worker: one WebAssembly module and at most one open model, run
 // off the page's thread (a Web Worker in a browser, a worker thread under
 // Node). Requests are handled one at a time, in order; only 'cancel' is
-// handled at once. See protocol.ts for the messages.
+// handled at once. See bridge/protocol.ts for the messages.
 
 import { EarlyRanges } from './early-ranges.js';
-import { isNode, nodeImport } from './env.js';
+import { isNode, nodeImport } from '../env.js';
 import { loadEngineModule } from './module-loader.js';
 import type { Answer, ByteProgress, EngineEvent, EngineModule, EngineSession, JobOutcome, LiveUnit, Registry } from './module-loader.js';
-import type { CacheLocation, EmbedRequest, EmbedResult, GenerateRequest, LoadRequest, LoadResult, Reply, Request, TestHook } from './protocol.js';
-import { REQUEST_TYPES, WorkerWords, tickNow } from './probe.js';
-import { splitPartUrls } from './split-names.js';
+import type { CacheLocation, EmbedRequest, EmbedResult, GenerateRequest, LoadRequest, LoadResult, Reply, Request, TestHook } from '../bridge/protocol.js';
+import { REQUEST_TYPES, WorkerWords, tickNow } from '../probe.js';
+import { splitPartUrls } from '../split-names.js';
 import { DirectoryStore, OpfsStore } from './stores.js';
 import type { SyncStore } from './stores.js';
-import type { EngineOpenOptions } from './bridge.generated.js';
-import type { Build, GenerationStats, LoadProgress, LoadTimes, Stats, UnitProgress, UnitState } from './types.js';
+import type { EngineOpenOptions } from '../bridge/bridge.generated.js';
+import type { Build, GenerationStats, LoadProgress, LoadTimes, Stats, UnitProgress, UnitState } from '../types.js';
 
 const MODEL_STORE_ID = 1;
 const QUERY_STORE_ID = 2;
@@ -149,7 +149,7 @@ class EngineWorker {
 
   // A load arrives while the module is still being made (the page sends it
   // right after 'init'), and the caller fetches its first pieces meanwhile
-  // (early-ranges.ts) when it gave `early`. With a persistent cache, only
+  // (bridge/early-pieces.ts) when it gave `early`. With a persistent cache, only
   // when the cache holds no model at all: a cached model must not cost a
   // request, and which entry is whose is the engine's to say. The store is
   // opened now; the load uses it.

@@ -3,8 +3,8 @@
 // 'error', after any number of 'progress' and 'tokens' events for that id.
 
 import type { EngineGenerateOptions, EngineLoadOptions } from './bridge.generated.js';
-import type { EarlyBlocks, EarlyFile, EarlyPiece } from './early-ranges.js';
-import type { Build, EmbedOptions, GenerationStats, LoadProgress, ModelInfo, Stats } from './types.js';
+import type { EarlyBlocks, EarlyFile, EarlyPiece } from './early-pieces.js';
+import type { Build, EmbedOptions, GenerationStats, LoadProgress, ModelInfo, Stats } from '../types.js';
 
 export type { EngineGenerateOptions };
 
@@ -47,7 +47,7 @@ export interface LoadRequest {
   options: EngineLoadOptions & { threads: number };
   warmUpMs: number;  // 0: none
   calledAt: number;  // when load() was called (LoadTimes.calledAt)
-  // EarlyFetch.control when the caller fetches the first pieces (early-ranges.ts).
+  // EarlyFetch.control when the caller fetches the first pieces (early-pieces.ts).
   early: Int32Array | null;
 }
 

@@ -4,22 +4,22 @@
 //   const llm = await SipLLM.load(url, { memoryBudget, cache: true, onProgress });
 //   for await (const piece of llm.generate('Once upon a time', { maxTokens: 64 })) ...
 //   for await (const piece of llm.chat([{ role: 'user', content: 'Hi' }])) ...
-//   await llm.chat.completions.create({ messages, response_format, tools, stream })  (openai.ts)
+//   await llm.chat.completions.create({ messages, response_format, tools, stream })  (openai/openai.ts)
 //   await llm.embeddings.create({ input: ['a text', 'another'] })
 //   llm.stats(); await llm.unload();
 
-import { renderChatTemplate } from './chat.js';
-import { DEFAULT_READ_TIMEOUT_MS, EarlyFetch } from './early-ranges.js';
-import { canShareMemory, hasRelaxedSimd, isNode, isThreadedBuild, nodeImport } from './env.js';
-import { AbortError, EngineStalledError, InvalidArgumentError, SipLLMError, UnsupportedError } from './errors.js';
-import { ENGINE_LOAD_OPTION_KEYS, NON_NEGATIVE_LOAD_OPTION_KEYS } from './bridge.generated.js';
-import type { EngineLoadOptions } from './bridge.generated.js';
-import { ChatCompletions, Completions, Embeddings } from './openai.js';
-import type { CompletionEngine } from './openai.js';
-import { splitPartUrls } from './split-names.js';
-import { WorkerWords } from './probe.js';
-import type { StallDump } from './probe.js';
-import type { CacheLocation, EmbedResult as EmbedReply, EngineGenerateOptions, GenerateResult, LoadRequest, LoadResult, TestHook } from './protocol.js';
+import { renderChatTemplate } from '../chat.js';
+import { DEFAULT_READ_TIMEOUT_MS, EarlyFetch } from './early-fetch.js';
+import { canShareMemory, hasRelaxedSimd, isNode, isThreadedBuild, nodeImport } from '../env.js';
+import { AbortError, EngineStalledError, InvalidArgumentError, SipLLMError, UnsupportedError } from '../errors.js';
+import { ENGINE_LOAD_OPTION_KEYS, NON_NEGATIVE_LOAD_OPTION_KEYS } from '../bridge/bridge.generated.js';
+import type { EngineLoadOptions } from '../bridge/bridge.generated.js';
+import { ChatCompletions, Completions, Embeddings } from '../openai/openai.js';
+import type { CompletionEngine } from '../openai/openai.js';
+import { splitPartUrls } from '../split-names.js';
+import { WorkerWords } from '../probe.js';
+import type { StallDump } from '../probe.js';
+import type { CacheLocation, EmbedResult as EmbedReply, EngineGenerateOptions, GenerateResult, LoadRequest, LoadResult, TestHook } from '../bridge/protocol.js';
 import type {
   Build,
   CacheOptions,
@@ -34,7 +34,7 @@ import type {
   LoadProgress,
   ModelInfo,
   Stats,
-} from './types.js';
+} from '../types.js';
 import { WorkerHandle } from './worker-handle.js';
 
 const DEFAULT_PARALLEL_REQUESTS = 4;
@@ -68,7 +68,7 @@ interface Plan {
 
 // The worker resolves URLs against its own script, not the page: make a
 // relative base ("/assets/wasm/") absolute here, against the page. null: the
-// package's own files, which the worker locates itself (module-loader.ts).
+// package's own files, which the worker locates itself (worker/module-loader.ts).
 function resolveWasmBaseUrl(given: string | URL | undefined): string | null {
   if (given === undefined) return null;
   const base = typeof location !== 'undefined' ? location.href : import.meta.url;
@@ -264,7 +264,7 @@ export class SipLLM implements CompletionEngine {
     // A stalled load fails with the stall's error; later stalls are the model's (watchForStalls).
     Object.assign(handle.watch, { timeoutMs: plan.stallTimeoutMs, words });
     // The model's first pieces, fetched on this thread while the worker
-    // starts its module (see early-ranges.ts): threaded builds only.
+    // starts its module (see bridge/early-pieces.ts): threaded builds only.
     const early = 'url' in source && isThreadedBuild(plan.build) && canShareMemory()
       ? new EarlyFetch(source.url, plan.engineOptions.readTimeoutMs || DEFAULT_READ_TIMEOUT_MS, (message) => handle.post(message))
       : null;
@@ -275,7 +275,7 @@ export class SipLLM implements CompletionEngine {
     signal?.addEventListener('abort', onAbort, { once: true });
     try {
       // The load goes right behind the init: the worker starts fetching the
-      // model while its module is being made (see early-ranges.ts).
+      // model while its module is being made (see bridge/early-pieces.ts).
       const init = handle.request({ type: 'init', build: plan.build, wasmBaseUrl: plan.wasmBaseUrl, poolSize: plan.poolSize, words });
       const { id, reply } = handle.send<LoadResult>({
         type: 'load',
@@ -547,7 +547,7 @@ export class SipLLM implements CompletionEngine {
     };
   }
 
-  /** @internal For the package's own tests: see TestHook in protocol.ts. */
+  /** @internal For the package's own tests: see TestHook in bridge/protocol.ts. */
   async testHook(hook: TestHook): Promise<void> {
     const handle = await this.liveHandle();
     if (hook === 'block-worker') handle.post({ type: 'testHook', hook });

@@ -3,7 +3,7 @@
 // to a local model, plus a few extensions other local servers (llama.cpp's,
 // vLLM) share: top_k, min_p, chat_template, chat_template_kwargs.
 
-import type { Pooling } from './types.js';
+import type { Pooling } from '../types.js';
 
 // ---- Requests ------------------------------------------------------------------------
 
@@ -60,6 +60,7 @@ export interface SamplingParams {
   top_p?: number | null;        // (0, 1]; default 0.95
   top_k?: number | null;        // extension; 0: off; default 40
   min_p?: number | null;        // extension; 0..1; default 0.05
+  typical_p?: number | null;    // extension (llama.cpp's server, vLLM); (0, 1]; default 1: off
   seed?: number | null;
   stop?: string | string[] | null;
   presence_penalty?: number | null;   // -2..2

@@ -1,12 +1,12 @@
 // The page's end of one engine worker: starts it (a module Web Worker, or a
 // Node worker thread), matches replies to requests, routes events.
 
-import { isNode, nodeImport } from './env.js';
-import { EngineStalledError, SipLLMError, errorFromKind } from './errors.js';
-import { readEngineProbe, readWorkerWords } from './probe.js';
-import type { StallDump } from './probe.js';
-import type { LoadProgress } from './types.js';
-import type { Reply, Request } from './protocol.js';
+import { isNode, nodeImport } from '../env.js';
+import { EngineStalledError, SipLLMError, errorFromKind } from '../errors.js';
+import { readEngineProbe, readWorkerWords } from '../probe.js';
+import type { StallDump } from '../probe.js';
+import type { LoadProgress } from '../types.js';
+import type { Reply, Request } from '../bridge/protocol.js';
 
 type Distribute<T> = T extends unknown ? Omit<T, 'id'> : never;
 export type RequestBody = Distribute<Request>;
@@ -58,7 +58,7 @@ export class WorkerHandle {
       const { Worker } = await nodeImport<typeof import('node:worker_threads')>('node:worker_threads');
       // (Not the literal pattern below: a bundler would copy the file as an asset.)
       const here = import.meta.url;
-      const worker = new Worker(new URL('./worker.js', here));
+      const worker = new Worker(new URL('../worker/worker.js', here));
       const handle = new WorkerHandle(worker, (held) => (held ? worker.ref() : worker.unref()));
       worker.on('message', (reply: Reply) => handle.receive(reply));
       worker.on('error', (error: Error) => handle.fail(`the engine worker failed: ${error.message}`));
@@ -71,7 +71,7 @@ export class WorkerHandle {
     }
     // In one expression, as bundlers (Vite, webpack, Rollup plugins) recognise
     // it: they then build worker.js with its imports into a worker chunk.
-    const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module', name: 'sipllm-engine' });
+    const worker = new Worker(new URL('../worker/worker.js', import.meta.url), { type: 'module', name: 'sipllm-engine' });
     const handle = new WorkerHandle(worker, () => {});
     worker.onmessage = (event: MessageEvent<Reply>) => handle.receive(event.data);
     worker.onerror = (event: ErrorEvent) => {

@@ -1,10 +1,10 @@
 // Instantiates one of the WebAssembly builds (wasm-bindings/) in the current
 // realm: a browser worker or a Node worker thread.
 
-import { isNode, isThreadedBuild, nodeImport } from './env.js';
-import type { EngineEmbedOptions, EngineGenerateOptions, EngineOpenOptions } from './bridge.generated.js';
+import { isNode, isThreadedBuild, nodeImport } from '../env.js';
+import type { EngineEmbedOptions, EngineGenerateOptions, EngineOpenOptions } from '../bridge/bridge.generated.js';
 import type { EarlyRanges } from './early-ranges.js';
-import type { Build, CachedModel, GenerationStats, LoaderStats, ModelInfo, SourceStats } from './types.js';
+import type { Build, CachedModel, GenerationStats, LoaderStats, ModelInfo, SourceStats } from '../types.js';
 
 // What wasm-bindings/bindings.cpp and host.js give the JavaScript side.
 export interface Answer<T> {
@@ -118,21 +118,21 @@ interface BuildFiles {
 function packagedFiles(build: Build): BuildFiles {
   if (build === 'threaded') {
     return {
-      script: new URL('../wasm/sipllm-threaded.js', import.meta.url),
-      wasm: new URL('../wasm/sipllm-threaded.wasm', import.meta.url),
-      worker: new URL('../wasm/sipllm-threaded.worker.js?no-inline', import.meta.url),
+      script: new URL('../../wasm/sipllm-threaded.js', import.meta.url),
+      wasm: new URL('../../wasm/sipllm-threaded.wasm', import.meta.url),
+      worker: new URL('../../wasm/sipllm-threaded.worker.js?no-inline', import.meta.url),
     };
   }
   if (build === 'relaxed') {
     return {
-      script: new URL('../wasm/sipllm-relaxed.js', import.meta.url),
-      wasm: new URL('../wasm/sipllm-relaxed.wasm', import.meta.url),
-      worker: new URL('../wasm/sipllm-relaxed.worker.js?no-inline', import.meta.url),
+      script: new URL('../../wasm/sipllm-relaxed.js', import.meta.url),
+      wasm: new URL('../../wasm/sipllm-relaxed.wasm', import.meta.url),
+      worker: new URL('../../wasm/sipllm-relaxed.worker.js?no-inline', import.meta.url),
     };
   }
   return {
-    script: new URL('../wasm/sipllm-single.js', import.meta.url),
-    wasm: new URL('../wasm/sipllm-single.wasm', import.meta.url),
+    script: new URL('../../wasm/sipllm-single.js', import.meta.url),
+    wasm: new URL('../../wasm/sipllm-single.wasm', import.meta.url),
   };
 }
 

@@ -3,8 +3,6 @@
 // scripts/build-wasm.sh (or scripts/generate-bridge-types.sh). The ctest test
 // BridgeTypes.UpToDate fails while this file is stale.
 
-import type { ModelHyperparameters } from './types.js';
-
 /**
  * The engine and HTTP options of a load (LoadOptions), as Session.openUrl and
  * Session.openBytes read them.
@@ -83,6 +81,8 @@ export interface EngineGenerateOptions {
   topP?: number;
   /** <= 0: off; default 0.05. */
   minP?: number;
+  /** Locally typical sampling; >= 1: off (default). */
+  typicalP?: number;
   /** Default 1 (off). */
   repeatPenalty?: number;
   /** Default 64. */
@@ -121,6 +121,59 @@ export interface EngineEmbedOptions {
   normalize?: boolean;
   /** BOS/EOS as the model asks; default true. */
   addSpecial?: boolean;
+}
+
+/**
+ * The model's hyper-parameters (SIPLLM_HYPERPARAMETERS in sipllm/engine.h), names
+ * in camelCase: the optional ones where the model has them.
+ */
+export interface ModelHyperparameters {
+  /** Transformer blocks. */
+  nLayers: number;
+  /** The embedding width. */
+  dim: number;
+  /** The feed-forward's width (the widest layer's). */
+  hiddenDim: number;
+  /** Attention heads. */
+  nHeads: number;
+  /** Key and value heads. */
+  nKvHeads: number;
+  /** Floats of each head. */
+  headDim: number;
+  /** Tokens of the vocabulary. */
+  nVocab: number;
+  /** The engine's context, at most trained_context_length. */
+  contextLength: number;
+  /** The context the model was trained for. */
+  trainedContextLength: number;
+  /** The norms' epsilon. */
+  rmsEps: number;
+  /** Elements of a head the rotary embedding turns. */
+  ropeDims: number;
+  /** The rotary embedding's base. */
+  ropeFreqBase: number;
+  /** The rotary positions' scale, where not 1. */
+  ropeFreqScale?: number;
+  /** The rotary embedding's magnitude factor, where not 1. */
+  ropeAttnFactor?: number;
+  /** Positions a sliding-window layer sees. */
+  slidingWindow?: number;
+  /** The sliding-window layers' rotary base. */
+  localRopeFreqBase?: number;
+  /** The attention scores' soft cap. */
+  attnSoftcap?: number;
+  /** The logits' soft cap. */
+  finalSoftcap?: number;
+  /** How an embedding model pools (llama.cpp's: 1 mean, 2 CLS, 3 last, 4 rank). */
+  poolingType?: number;
+  /** Floats of each head of the sliding-window layers. */
+  headDimSwa?: number;
+  /** Elements the sliding-window layers' rotary embedding turns. */
+  ropeDimsSwa?: number;
+  /** The last layers, which attend over earlier layers' keys and values. */
+  sharedKvLayers?: number;
+  /** Floats of each layer's per-layer input. */
+  nEmbdPerLayer?: number;
 }
 
 /** The model's description (ModelInfo in sipllm/engine.h). */

@@ -11,7 +11,7 @@
 //                   the name it stands for, so a spare becomes any entry with
 //                   one synchronous write and no rename.
 
-import { nodeImport } from './env.js';
+import { nodeImport } from '../env.js';
 
 export interface SyncStore {
   read(name: string, offset: number, into: Uint8Array): boolean;  // false: absent or short
