@@ -467,6 +467,11 @@ val json_object_grammar_js() {
   return answer([&] { return val(json_object_grammar()); });
 }
 
+val tool_call_grammar_js(const std::string& call_schema, const std::string& open, const std::string& close,
+                         bool parallel) {
+  return answer([&] { return val(tool_call_grammar(call_schema, open, close, parallel)); });
+}
+
 // The engine's threads reach this one through Emscripten's queue of calls
 // (the events, the range requests), which announces itself with a single
 // message when it turns non-empty; a handler that threw or a message that
@@ -511,6 +516,7 @@ EMSCRIPTEN_BINDINGS(sipllm) {
   emscripten::function("deleteCachedModel", &delete_cached_model_js);
   emscripten::function("jsonSchemaToGrammar", &json_schema_to_grammar_js);
   emscripten::function("jsonObjectGrammar", &json_object_grammar_js);
+  emscripten::function("toolCallGrammar", &tool_call_grammar_js);
   emscripten::function("runQueuedCalls", &run_queued_calls);
   emscripten::constant("threaded", static_cast<bool>(SIPLLM_WASM_THREADS));
 }

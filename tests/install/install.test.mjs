@@ -44,7 +44,7 @@ const TOKENS = 48;
 
 // What the package must hold for an app to run without a copy step.
 const PACKED_FILES = [
-  'package.json', 'README.md', 'dist/index.js', 'dist/index.d.ts', 'dist/worker.js',
+  'package.json', 'README.md', 'dist/index.js', 'dist/index.d.ts', 'dist/worker/worker.js',
   'wasm/package.json', 'wasm/sipllm-single.js', 'wasm/sipllm-single.wasm',
   'wasm/sipllm-threaded.js', 'wasm/sipllm-threaded.wasm', 'wasm/sipllm-threaded.worker.js',
   'wasm/sipllm-relaxed.js', 'wasm/sipllm-relaxed.wasm', 'wasm/sipllm-relaxed.worker.js',

@@ -3,13 +3,11 @@
 // (wasm-bindings/bridge_options.h) and arrive here from bridge.generated.ts.
 
 import type {
-  CachedModel,
   EngineEmbedOptions,
   EngineGenerateOptions,
   EngineGenerationStats,
   EngineLoadOptions,
   LoaderStats,
-  ModelInfo,
   SourceStats,
 } from './bridge/bridge.generated.js';
 

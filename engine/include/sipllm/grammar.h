@@ -49,4 +49,13 @@ std::string json_schema_to_grammar(std::string_view schema);
 // Any JSON object (OpenAI's response_format {"type": "json_object"}).
 std::string json_object_grammar();
 
+// Tool calls, each a JSON document valid under `call_schema`, between the
+// tags `open` and `close`, each on a line of its own:
+//   <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>
+// (the hermes style); when `parallel`, one or more calls, a newline between
+// them. With no tags, one document alone (Llama 3's JSON style). Throws as
+// json_schema_to_grammar.
+std::string tool_call_grammar(std::string_view call_schema, std::string_view open, std::string_view close,
+                              bool parallel);
+
 }  // namespace sipllm

@@ -390,9 +390,18 @@ class SchemaCompiler {
  public:
   explicit SchemaCompiler(const JsonValue& root) : root_(root) { rules_["space"] = kSpaceRule; }
 
-  std::string run() {
+  // With `wrap`, the root is what it makes of the document's rule name.
+  std::string run(const RootWrap& wrap) {
     const std::string top = visit(root_, "", "");
-    if (top != "root") rules_["root"] = top;
+    if (wrap) {
+      // The document's rule under a name the schema did not take.
+      std::string call = "call";
+      for (int n = 1; rules_.count(call) != 0; ++n) call = "call-" + std::to_string(n);
+      rules_[call] = top == "root" ? rules_["root"] : top;
+      rules_["root"] = wrap(call);
+    } else if (top != "root") {
+      rules_["root"] = top;
+    }
     std::string out;
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
     return out;
@@ -976,8 +985,8 @@ class SchemaCompiler {
   int depth_ = 0;
 };
 
-std::string compile_json_schema(const JsonValue& schema) {
-  std::string grammar = SchemaCompiler(schema).run();
+std::string compile_json_schema(const JsonValue& schema, const RootWrap& wrap) {
+  std::string grammar = SchemaCompiler(schema).run(wrap);
   try {
     Grammar::parse(grammar);
   } catch (const Error& e) {
@@ -999,6 +1008,21 @@ std::string json_schema_to_grammar(std::string_view schema) {
 }
 
 std::string json_object_grammar() { return json_schema_to_grammar(R"({"type": "object"})"); }
+
+std::string tool_call_grammar(std::string_view call_schema, std::string_view open, std::string_view close,
+                              bool parallel) {
+  JsonValue parsed;
+  try {
+    parsed = parse_json(call_schema);
+  } catch (const Error& e) {
+    throw Error(e.kind(), std::string("JSON schema: ") + e.what());
+  }
+  if (open.empty() && close.empty()) return compile_json_schema(parsed);
+  return compile_json_schema(parsed, [&](const std::string& call) {
+    const std::string one = gbnf_literal(std::string(open) + "\n") + " " + call + " " + gbnf_literal("\n" + std::string(close));
+    return parallel ? one + " (" + gbnf_literal("\n") + " " + one + ")*" : one;
+  });
+}
 
 void check_grammar(std::string_view grammar) { Grammar::parse(grammar); }
 

@@ -164,6 +164,33 @@ TEST(JsonSchema, GrammarsAcceptValidAndRejectInvalidDocuments) {
   }
 }
 
+// Calls of tools: each JSON document between its tags, one or (parallel)
+// several; a schema whose own rules take the name `call` keeps them.
+TEST(JsonSchema, ToolCallGrammarsWrapEachCallInItsTags) {
+  const std::string schema = R"({"type": "object", "properties": {"name": {"const": "f"},
+      "arguments": {"$ref": "#/$defs/call"}}, "required": ["name", "arguments"],
+      "$defs": {"call": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}})";
+  const std::string one = "<tool_call>\n{\"name\":\"f\",\"arguments\":{\"x\":1}}\n</tool_call>";
+  const std::string two = one + "\n" + "<tool_call>\n{\"name\":\"f\",\"arguments\":{\"x\":22}}\n</tool_call>";
+  GrammarMatcher parallel(Grammar::parse(tool_call_grammar(schema, "<tool_call>", "</tool_call>", true)));
+  EXPECT_TRUE(parallel.matches(one));
+  EXPECT_TRUE(parallel.matches(two));
+  EXPECT_FALSE(parallel.matches(one + "\n"));
+  EXPECT_FALSE(parallel.matches("<tool_call>\n{\"name\":\"f\",\"arguments\":{\"x\":\"a\"}}\n</tool_call>"));
+  EXPECT_FALSE(parallel.matches("{\"name\":\"f\",\"arguments\":{\"x\":1}}"));
+  GrammarMatcher single(Grammar::parse(tool_call_grammar(schema, "<tool_call>", "</tool_call>", false)));
+  EXPECT_TRUE(single.matches(one));
+  EXPECT_FALSE(single.matches(two));
+  // No tags: the document alone.
+  GrammarMatcher bare(Grammar::parse(tool_call_grammar(schema, "", "", false)));
+  EXPECT_TRUE(bare.matches("{\"name\":\"f\",\"arguments\":{\"x\":1}}"));
+  EXPECT_FALSE(bare.matches(one));
+  // Tags with characters GBNF literals escape.
+  GrammarMatcher quoted(Grammar::parse(tool_call_grammar(schema, "<\"call\\>", "</\"call\\>", false)));
+  EXPECT_TRUE(quoted.matches("<\"call\\>\n{\"name\":\"f\",\"arguments\":{\"x\":1}}\n</\"call\\>"));
+  EXPECT_THROW(tool_call_grammar("{", "<a>", "</a>", false), Error);
+}
+
 TEST(JsonSchema, IntegerRangesAreExact) {
   // Every integer near the bounds, against the bounds themselves.
   const std::vector<std::pair<long, long>> ranges = {

@@ -4,7 +4,7 @@
 
 import type { EngineGenerateOptions, EngineLoadOptions } from './bridge.generated.js';
 import type { EarlyBlocks, EarlyFile, EarlyPiece } from './early-pieces.js';
-import type { Build, EmbedOptions, GenerationStats, LoadProgress, ModelInfo, Stats } from '../types.js';
+import type { Build, CachedModel, EmbedOptions, GenerationStats, LoadProgress, ModelInfo, Stats } from '../types.js';
 
 export type { EngineGenerateOptions };
 
@@ -67,11 +67,20 @@ export interface EmbedRequest {
 }
 
 // GBNF text from the engine's JSON Schema compiler: of `schema` (JSON text),
-// or of any JSON object when it is null.
+// or of any JSON object when it is null; with `calls`, of tool calls whose
+// JSON `schema` describes, each between its tags (sipllm/grammar.h,
+// tool_call_grammar).
 export interface GrammarRequest {
   type: 'grammar';
   id: number;
   schema: string | null;
+  calls?: ToolCallTags;
+}
+
+export interface ToolCallTags {
+  open: string;   // '' and '': the document alone
+  close: string;
+  parallel: boolean;
 }
 
 export type Request =
@@ -111,8 +120,29 @@ export interface EmbedResult {
   stats: Stats;
 }
 
+// What the worker answers each request that has an answer with (the value
+// of its 'result'); 'cancel' and the early pieces are posted, never answered.
+// The page's request() and the worker's handlers are typed by it.
+export interface Replies {
+  init: { build: Build };
+  load: LoadResult;
+  generate: GenerateResult;
+  embed: EmbedResult;
+  grammar: string;
+  tokenize: number[];
+  detokenize: string;
+  reset: Stats;
+  stats: Stats;
+  unload: null;
+  listCache: CachedModel[];
+  deleteCache: undefined;
+  testHook: null;
+}
+export type Answered = keyof Replies;
+export type RequestOf<K extends Request['type']> = Extract<Request, { type: K }>;
+
 export type Reply =
-  | { type: 'result'; id: number; value: unknown }
+  | { type: 'result'; id: number; value: Replies[Answered] }
   | { type: 'error'; id: number; kind: string; message: string }
   | { type: 'progress'; id: number; progress: LoadProgress }
   | { type: 'tokens'; id: number; pieces: string[] }

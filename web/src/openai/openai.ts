@@ -29,12 +29,13 @@ import {
   parseToolCalls,
   randomId,
   templateRendersTools,
-  toolCallGrammar,
+  toolCallTags,
   toolCallSchema,
   toolCallStyle,
   toolsSystemPrompt,
 } from './tool-calls.js';
 import type { ToolCallStyle } from './tool-calls.js';
+import type { ToolCallTags } from '../bridge/protocol.js';
 import type { ChatMessage, EmbedOptions, EmbedResult, GenerateOptions, GenerationStats, ModelInfo } from '../types.js';
 
 // What this layer needs of a loaded model (SipLLM provides it).
@@ -44,6 +45,7 @@ export interface CompletionEngine {
   detokenize(tokens: number[]): Promise<string>;
   jsonSchemaToGrammar(schema: unknown): Promise<string>;
   jsonObjectGrammar(): Promise<string>;
+  toolCallGrammar(schema: unknown, calls: ToolCallTags): Promise<string>;
   embed(texts: string[], options: EmbedOptions): Promise<EmbedResult>;
 }
 
@@ -483,8 +485,8 @@ export class ChatCompletions {
     });
     let grammar = await grammarFor(this.engine, format);
     if (forced !== null) {
-      const callGrammar = await this.engine.jsonSchemaToGrammar(toolCallSchema(forced, style));
-      grammar = toolCallGrammar(callGrammar, style, params.parallel_tool_calls !== false);
+      grammar = await this.engine.toolCallGrammar(toolCallSchema(forced, style),
+                                                  { ...toolCallTags(style), parallel: params.parallel_tool_calls !== false });
     }
     return {
       prompt,

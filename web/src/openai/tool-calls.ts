@@ -100,17 +100,11 @@ export function toolCallSchema(tools: ChatCompletionTool[], style: ToolCallStyle
   return Object.keys(definitions).length > 0 ? { ...schema, $defs: definitions } : schema;
 }
 
-// The grammar of the calls the model must make, from the compiled grammar
-// of one call's JSON: in the hermes style each call sits in its tags,
-// one or (when parallel) several.
-export function toolCallGrammar(callGrammar: string, style: ToolCallStyle, parallel: boolean): string {
-  if (style === 'llama-json') return callGrammar;
-  // The compiler writes one rule per line and never refers to `root`.
-  const match = /^root ::= (.*)$/m.exec(callGrammar);
-  if (match === null) throw new Error('the compiled tool call grammar has no root rule');
-  const call = `"${HERMES_OPEN}\\n" (${match[1]}) "\\n${HERMES_CLOSE}"`;
-  const root = parallel ? `root ::= ${call} ("\\n" ${call})*` : `root ::= ${call}`;
-  return callGrammar.replace(match[0], () => root);
+// The tags around each call the model must make (the engine builds the
+// grammar of the calls: sipllm/grammar.h, tool_call_grammar): in the hermes
+// style each call sits in its tags; a Llama 3 call is the document alone.
+export function toolCallTags(style: ToolCallStyle): { open: string; close: string } {
+  return style === 'hermes' ? { open: HERMES_OPEN, close: HERMES_CLOSE } : { open: '', close: '' };
 }
 
 // An id as OpenAI's look: a prefix and random characters.

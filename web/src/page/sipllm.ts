@@ -19,7 +19,7 @@ import type { CompletionEngine } from '../openai/openai.js';
 import { splitPartUrls } from '../split-names.js';
 import { WorkerWords } from '../probe.js';
 import type { StallDump } from '../probe.js';
-import type { CacheLocation, EmbedResult as EmbedReply, EngineGenerateOptions, GenerateResult, LoadRequest, LoadResult, TestHook } from '../bridge/protocol.js';
+import type { CacheLocation, EngineGenerateOptions, LoadRequest, LoadResult, TestHook, ToolCallTags } from '../bridge/protocol.js';
 import type {
   Build,
   CacheOptions,
@@ -277,7 +277,7 @@ export class SipLLM implements CompletionEngine {
       // The load goes right behind the init: the worker starts fetching the
       // model while its module is being made (see bridge/early-pieces.ts).
       const init = handle.request({ type: 'init', build: plan.build, wasmBaseUrl: plan.wasmBaseUrl, poolSize: plan.poolSize, words });
-      const { id, reply } = handle.send<LoadResult>({
+      const { id, reply } = handle.send({
         type: 'load',
         ...('url' in source ? { url: source.url } : { bytes: source.bytes }),
         name: 'url' in source ? source.url : source.name,
@@ -350,7 +350,7 @@ export class SipLLM implements CompletionEngine {
       request.logitBias = entries.map(([token, bias]) => [Number(token), bias]);
     }
     const pieces = new PieceQueue();
-    const { id, reply } = handle.send<GenerateResult>(
+    const { id, reply } = handle.send(
       typeof prompt === 'string'
         ? { type: 'generate', prompt, options: request }
         : { type: 'generate', tokens: prompt, options: request },
@@ -407,7 +407,7 @@ export class SipLLM implements CompletionEngine {
   // each text's positions (options.pooling, by default the file's) and
   // scaled to unit length. The conversation's KV cache is left as it was.
   async embed(texts: string[], options: EmbedOptions = {}): Promise<EmbedResult> {
-    const reply = await this.exclusive((handle) => handle.request<EmbedReply>({ type: 'embed', texts, options }));
+    const reply = await this.exclusive((handle) => handle.request({ type: 'embed', texts, options }));
     this.snapshot = reply.stats;
     return { embeddings: reply.vectors, promptTokens: reply.tokens };
   }
@@ -419,27 +419,32 @@ export class SipLLM implements CompletionEngine {
   // not compiled (pattern, uniqueItems, ...).
   async jsonSchemaToGrammar(schema: unknown): Promise<string> {
     const text = typeof schema === 'string' ? schema : JSON.stringify(schema);
-    return this.exclusive((handle) => handle.request<string>({ type: 'grammar', schema: text }));
+    return this.exclusive((handle) => handle.request({ type: 'grammar', schema: text }));
   }
 
   // A grammar of any JSON object.
   async jsonObjectGrammar(): Promise<string> {
-    return this.exclusive((handle) => handle.request<string>({ type: 'grammar', schema: null }));
+    return this.exclusive((handle) => handle.request({ type: 'grammar', schema: null }));
+  }
+
+  /** @internal The OpenAI layer's: tool calls of `schema`, each between its tags. */
+  async toolCallGrammar(schema: unknown, calls: ToolCallTags): Promise<string> {
+    return this.exclusive((handle) => handle.request({ type: 'grammar', schema: JSON.stringify(schema), calls }));
   }
 
   async tokenize(text: string, options: { addSpecial?: boolean; parseSpecial?: boolean } = {}): Promise<number[]> {
-    return this.exclusive((handle) => handle.request<number[]>({
+    return this.exclusive((handle) => handle.request({
       type: 'tokenize', text, addSpecial: options.addSpecial ?? true, parseSpecial: options.parseSpecial ?? true,
     }));
   }
 
   async detokenize(tokens: number[]): Promise<string> {
-    return this.exclusive((handle) => handle.request<string>({ type: 'detokenize', tokens }));
+    return this.exclusive((handle) => handle.request({ type: 'detokenize', tokens }));
   }
 
   // Forgets the conversation (the KV cache); the model stays loaded.
   async reset(): Promise<void> {
-    this.snapshot = await this.exclusive((handle) => handle.request<Stats>({ type: 'reset' }));
+    this.snapshot = await this.exclusive((handle) => handle.request({ type: 'reset' }));
   }
 
   // Figures as of the last request: cheap, and available while one runs.
@@ -488,7 +493,7 @@ export class SipLLM implements CompletionEngine {
 
   // Models in the cache, with their sizes and how much of each is stored.
   static async cachedModels(options: CacheOptions = {}): Promise<CachedModel[]> {
-    return SipLLM.withCacheWorker(options, (handle, cache) => handle.request<CachedModel[]>({ type: 'listCache', cache }));
+    return SipLLM.withCacheWorker(options, (handle, cache) => handle.request({ type: 'listCache', cache }));
   }
 
   // A split model's first part stands for the model: every part's entry goes.

@@ -6,10 +6,12 @@ import { EngineStalledError, SipLLMError, errorFromKind } from '../errors.js';
 import { readEngineProbe, readWorkerWords } from '../probe.js';
 import type { StallDump } from '../probe.js';
 import type { LoadProgress } from '../types.js';
-import type { Reply, Request } from '../bridge/protocol.js';
+import type { Answered, Replies, Reply, Request } from '../bridge/protocol.js';
 
 type Distribute<T> = T extends unknown ? Omit<T, 'id'> : never;
 export type RequestBody = Distribute<Request>;
+// A request the worker answers, and what it answers with.
+type AnsweredBody = RequestBody & { type: Answered };
 
 interface Pending {
   type: string;
@@ -91,9 +93,10 @@ export class WorkerHandle {
     this.listeners.set(loadId, onProgress);
   }
 
-  send<T>(body: RequestBody, hooks: Pick<Pending, 'onProgress' | 'onTokens'> = {}): { id: number; reply: Promise<T> } {
+  send<B extends AnsweredBody>(body: B, hooks: Pick<Pending, 'onProgress' | 'onTokens'> = {}):
+      { id: number; reply: Promise<Replies[B['type']]> } {
     const id = this.nextId++;
-    const reply = new Promise<T>((resolve, reject) => {
+    const reply = new Promise<Replies[B['type']]>((resolve, reject) => {
       if (this.stopped !== null) {
         reject(this.stopped);
         return;
@@ -109,8 +112,8 @@ export class WorkerHandle {
     return { id, reply };
   }
 
-  request<T>(body: RequestBody): Promise<T> {
-    return this.send<T>(body).reply;
+  request<B extends AnsweredBody>(body: B): Promise<Replies[B['type']]> {
+    return this.send(body).reply;
   }
 
   // Not a request: no reply.

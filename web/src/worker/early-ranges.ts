@@ -3,8 +3,8 @@
 // pieces the page fetched, as their bytes arrive.
 
 import {
-  ARRIVED, ARRIVING, CACHE, CONTENT_RANGE, CONTROL_WORDS, DISPOSED, DONE, FAILED, IS_LEADING, LEADING, NOT_LEADING, OFFERED,
-  OFFERING, PIECE_WORDS, POLL_MS, STATUS, TAKEN, WAITING, sleep,
+  ARRIVED, ARRIVING, CACHE, CONTENT_RANGE, DISPOSED, FAILED, IS_LEADING, LEADING, NOT_LEADING, OFFERED, OFFERING, POLL_MS,
+  STATUS, TAKEN, WAITING, sleep,
 } from '../bridge/early-pieces.js';
 import type { EarlyBlocks, EarlyFile, EarlyPiece } from '../bridge/early-pieces.js';
 

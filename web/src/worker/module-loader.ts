@@ -90,6 +90,7 @@ export interface EngineModule {
   deleteCachedModel(storeId: number, url: string): Answer<undefined>;
   jsonSchemaToGrammar(schema: string): Answer<string>;
   jsonObjectGrammar(): Answer<string>;
+  toolCallGrammar(callSchema: string, open: string, close: string, parallel: boolean): Answer<string>;
   runQueuedCalls(): void;  // what the engine's threads queued for this thread (bindings.cpp)
   threaded: boolean;
   sipllmRegistry?: Registry;

@@ -7,7 +7,10 @@ import { EarlyRanges } from './early-ranges.js';
 import { isNode, nodeImport } from '../env.js';
 import { loadEngineModule } from './module-loader.js';
 import type { Answer, ByteProgress, EngineEvent, EngineModule, EngineSession, JobOutcome, LiveUnit, Registry } from './module-loader.js';
-import type { CacheLocation, EmbedRequest, EmbedResult, GenerateRequest, LoadRequest, LoadResult, Reply, Request, TestHook } from '../bridge/protocol.js';
+import type {
+  Answered, CacheLocation, EmbedRequest, EmbedResult, GenerateRequest, GenerateResult, InitRequest, LoadRequest, LoadResult, Replies, Reply,
+  Request, RequestOf, TestHook,
+} from '../bridge/protocol.js';
 import { REQUEST_TYPES, WorkerWords, tickNow } from '../probe.js';
 import { splitPartUrls } from '../split-names.js';
 import { DirectoryStore, OpfsStore } from './stores.js';
@@ -127,7 +130,7 @@ class EngineWorker {
     }
     if (request.type === 'testHook') {
       // At once, as a cancel: the hook is for what is queued or running.
-      void this.answer(request.id, async () => this.testHook(request.hook));
+      void this.answer(request.id, async () => this.handlers.testHook(request));
       return;
     }
     if (request.type === 'early-file' || request.type === 'early-blocks' || request.type === 'early-piece') {
@@ -191,7 +194,7 @@ class EngineWorker {
     this.show(WorkerWords.queued, --this.queued);
   }
 
-  private async answer(id: number, work: () => Promise<unknown>): Promise<void> {
+  private async answer(id: number, work: () => Promise<Replies[Answered]>): Promise<void> {
     try {
       const value = await work();
       this.endpoint.post({ type: 'result', id, value });
@@ -202,53 +205,58 @@ class EngineWorker {
     }
   }
 
-  private async dispatch(request: Request): Promise<unknown> {
-    switch (request.type) {
-      case 'init': {
-        this.build = request.build;
-        this.words = request.words;
-        // The browser compiles the module off this thread, out of the
-        // engine's sight: this thread says it is alive meanwhile, so that a
-        // slow compile on a busy machine is not taken for a stall.
-        const alive = setInterval(() => this.endpoint.post({ type: 'alive', id: request.id }), ALIVE_WHILE_COMPILING_MS);
-        try {
-          this.module = await loadEngineModule(request.build, request.wasmBaseUrl, request.poolSize);
-        } finally {
-          clearInterval(alive);
-        }
-        this.module.sipllmRegistry = this.registry;
-        this.moduleReadyAt = epochMs();
-        return { build: this.build };
-      }
-      case 'load':
-        return this.load(request);
-      case 'generate':
-        return this.generate(request);
-      case 'embed':
-        return this.embed(request);
-      case 'grammar': {
-        const module = this.engine();
-        return unwrap(request.schema === null ? module.jsonObjectGrammar() : module.jsonSchemaToGrammar(request.schema));
-      }
-      case 'tokenize':
-        return Array.from(unwrap(this.open().tokenize(request.text, request.addSpecial, request.parseSpecial)));
-      case 'detokenize':
-        return unwrap(this.open().detokenize(request.tokens));
-      case 'reset':
-        unwrap(this.open().reset());
-        return this.snapshot();
-      case 'stats':
-        return this.snapshot();
-      case 'unload':
-        await this.unload();
-        return null;
-      case 'listCache':
-        return this.withQueryStore(request.cache, (module) => unwrap(module.listCachedModels(QUERY_STORE_ID)));
-      case 'deleteCache':
-        return this.withQueryStore(request.cache, (module) => unwrap(module.deleteCachedModel(QUERY_STORE_ID, request.url)));
-      default:
-        throw new Failure('invalid-argument', `unknown request ${(request as { type: string }).type}`);
+  // Each answered request's handler, typed by what it answers (Replies).
+  private readonly handlers: { [K in Answered]: (request: RequestOf<K>) => Promise<Replies[K]> | Replies[K] } = {
+    init: (request) => this.init(request),
+    load: (request) => this.load(request),
+    generate: (request) => this.generate(request),
+    embed: (request) => this.embed(request),
+    grammar: (request) => {
+      const module = this.engine();
+      if (request.schema === null) return unwrap(module.jsonObjectGrammar());
+      const calls = request.calls;
+      return unwrap(calls === undefined
+        ? module.jsonSchemaToGrammar(request.schema)
+        : module.toolCallGrammar(request.schema, calls.open, calls.close, calls.parallel));
+    },
+    tokenize: (request) => Array.from(unwrap(this.open().tokenize(request.text, request.addSpecial, request.parseSpecial))),
+    detokenize: (request) => unwrap(this.open().detokenize(request.tokens)),
+    reset: () => {
+      unwrap(this.open().reset());
+      return this.snapshot();
+    },
+    stats: () => this.snapshot(),
+    unload: async () => {
+      await this.unload();
+      return null;
+    },
+    listCache: (request) => this.withQueryStore(request.cache, (module) => unwrap(module.listCachedModels(QUERY_STORE_ID))),
+    deleteCache: (request) =>
+      this.withQueryStore(request.cache, (module) => unwrap(module.deleteCachedModel(QUERY_STORE_ID, request.url))),
+    testHook: (request) => this.testHook(request.hook),
+  };
+
+  private async dispatch(request: Request): Promise<Replies[Answered]> {
+    const handler = this.handlers[request.type as Answered] as ((r: Request) => Promise<Replies[Answered]> | Replies[Answered]) | undefined;
+    if (handler === undefined) throw new Failure('invalid-argument', `unknown request ${request.type}`);
+    return handler(request);
+  }
+
+  private async init(request: InitRequest): Promise<Replies['init']> {
+    this.build = request.build;
+    this.words = request.words;
+    // The browser compiles the module off this thread, out of the engine's
+    // sight: this thread says it is alive meanwhile, so that a slow compile
+    // on a busy machine is not taken for a stall.
+    const alive = setInterval(() => this.endpoint.post({ type: 'alive', id: request.id }), ALIVE_WHILE_COMPILING_MS);
+    try {
+      this.module = await loadEngineModule(request.build, request.wasmBaseUrl, request.poolSize);
+    } finally {
+      clearInterval(alive);
     }
+    this.module.sipllmRegistry = this.registry;
+    this.moduleReadyAt = epochMs();
+    return { build: this.build };
   }
 
   private engine(): EngineModule {
@@ -309,7 +317,7 @@ class EngineWorker {
     return outcome;
   }
 
-  private async load(request: LoadRequest): Promise<unknown> {
+  private async load(request: LoadRequest): Promise<LoadResult> {
     const module = this.engine();
     if (this.session !== null) throw new Failure('invalid-argument', 'a model is already loaded in this worker');
     this.threads = request.options.threads;
@@ -374,7 +382,7 @@ class EngineWorker {
     this.warming = warming;
   }
 
-  private async generate(request: GenerateRequest): Promise<unknown> {
+  private async generate(request: GenerateRequest): Promise<GenerateResult> {
     const session = this.open();
     this.tokensAtCancel = undefined;
     if (this.words !== null && Atomics.load(this.words, WorkerWords.cancelTarget) === request.id) {
