@@ -1,27 +1,14 @@
 // The Embind surface of the engine: JavaScript objects in, JavaScript objects
 // out, nothing else. Option objects use the engine's defaults for every field
 // left undefined; numbers of bytes travel as doubles (exact below 2^53). The
-// options read and the results written (model info, statistics) are declared
-// once, in bridge_options.h and bridge_results.h.
+// functions (bridge_surface.h), the options read (bridge_options.h) and the
+// results written (bridge_results.h) are declared once, and their TypeScript
+// generated from there.
 //
-//   const s = new Module.Session(id);
-//   s.openUrl(url, options) / s.openBytes(bytesId, size, name, options)
-//   s.generate(prompt, options) / s.generateTokens(ids, options) / s.embed(texts, options) / s.warmUp(ms)
-//       -> events through Module.sipllmHost.event(id, 'tokens' | 'done' | 'progress')
-//   s.liveUnits() -> [{name, bytes, loads, resident, used}], at any time
-//   s.takeTokens() -> [{token, text}],  s.takeResult() -> {ok, stats?, embeddings?} | {ok: false, error}
-//   s.endWarmUp() stops a warm-up job (the loader goes on),
-//   s.cancel() -> tokens generated so far, s.info(), s.tokenize(), s.detokenize(), s.reset(), s.stats()
-//   s.close() -> the 'closed' event once the model is freed; then s.delete()
-//   s.probeAddress() -> where the session's probe is in the memory (web/src/probe.ts)
-//   s.holdJobs(held) -> a test's hook: no job starts while held (threaded builds)
-//   s.holdEngineLock(ms) -> a test's hook: this thread holds the engine's lock, waiting
-//   a busy engine also sends 'alive' events, about every 250 ms
-//   Module.listCachedModels(storeId), Module.deleteCachedModel(storeId, url)
-//   Module.jsonSchemaToGrammar(schemaText), Module.jsonObjectGrammar() -> GBNF text
-//   Module.runQueuedCalls() runs what the engine's threads queued for this thread
-//
-// Calls answered at once return {value} or {error: {kind, message}}.
+// A job (generate, generateTokens, embed, warmUp) sends its events through
+// Module.sipllmHost.event(id, 'tokens' | 'done' | 'progress' | 'alive'); a
+// busy engine sends 'alive' about every 250 ms. Calls answered at once return
+// {value} or {error: {kind, message}}.
 #include <emscripten/bind.h>
 #include <emscripten/heap.h>
 #include <emscripten/threading.h>
@@ -39,6 +26,7 @@
 
 #include "bridge_options.h"
 #include "bridge_results.h"
+#include "bridge_surface.h"
 #include "js_host.h"
 #include "session.h"
 #include "sipllm/error.h"
@@ -220,6 +208,24 @@ val to_js(const GenerationStats& s);
 val to_js(const HttpSourceStats& s);
 val to_js(const ModelInfo& s);
 val to_js(const CachedModel& s);
+val to_js(const LiveUnit& s);
+val to_js(const SessionStats& s);
+val to_js(const JobResult& s);
+
+val to_js(const JobError& e) { return error_object(e.kind, e.message); }
+
+val to_js(const Embeddings& e) {
+  val vectors = val::array();
+  for (size_t i = 0; i < e.vectors.size(); ++i) {
+    const std::vector<float>& v = e.vectors[i];
+    // A copy: the view into the heap would not survive the vector.
+    vectors.set(i, val(emscripten::typed_memory_view(v.size(), v.data())).call<val>("slice"));
+  }
+  val out = val::object();
+  out.set("vectors", vectors);
+  out.set("tokens", e.tokens);
+  return out;
+}
 
 // The hyper-parameters as the engine lists them, snake_case names in camelCase.
 val to_js(const std::vector<Hyperparameter>& hyperparameters) {
@@ -260,6 +266,8 @@ void write_field(val& object, const char* js_name, const Field& field) {
   } else if constexpr (Type == ResultType::kName) {
     static_assert(std::is_same_v<Field, StopReason>);
     object.set(js_name, std::string(stop_reason_name(field)));
+  } else if constexpr (Type == ResultType::kMaybe) {
+    if (field) object.set(js_name, to_js(*field));
   } else {
     static_assert(Type == ResultType::kNested);
     object.set(js_name, to_js(field));
@@ -284,6 +292,9 @@ SIPLLM_TO_JS(GenerationStats, SIPLLM_GENERATION_STATS_FIELDS)
 SIPLLM_TO_JS(HttpSourceStats, SIPLLM_SOURCE_STATS_FIELDS)
 SIPLLM_TO_JS(ModelInfo, SIPLLM_MODEL_INFO_FIELDS)
 SIPLLM_TO_JS(CachedModel, SIPLLM_CACHED_MODEL_FIELDS)
+SIPLLM_TO_JS(LiveUnit, SIPLLM_LIVE_UNIT_FIELDS)
+SIPLLM_TO_JS(SessionStats, SIPLLM_SESSION_STATS_FIELDS)
+SIPLLM_TO_JS(JobResult, SIPLLM_JOB_OUTCOME_FIELDS)
 
 #undef SIPLLM_TO_JS
 #undef SIPLLM_WRITE_FIELD
@@ -337,26 +348,7 @@ val take_tokens(Session& s) {
   return out;
 }
 
-val take_result(Session& s) {
-  const JobResult r = s.take_result();
-  val out = val::object();
-  out.set("ok", r.ok);
-  if (!r.ok) out.set("error", error_object(r.error_kind, r.error_message));
-  if (r.stats) out.set("stats", to_js(*r.stats));
-  if (r.embeddings) {
-    val vectors = val::array();
-    for (size_t i = 0; i < r.embeddings->vectors.size(); ++i) {
-      const std::vector<float>& v = r.embeddings->vectors[i];
-      // A copy: the view into the heap would not survive the vector.
-      vectors.set(i, val(emscripten::typed_memory_view(v.size(), v.data())).call<val>("slice"));
-    }
-    val embeddings = val::object();
-    embeddings.set("vectors", vectors);
-    embeddings.set("tokens", r.embeddings->tokens);
-    out.set("embeddings", embeddings);
-  }
-  return out;
-}
+val take_result(Session& s) { return to_js(s.take_result()); }
 
 val info(Session& s) {
   return answer([&] { return to_js(s.info()); });
@@ -394,34 +386,18 @@ val warm_up(Session& s, double milliseconds) {
 // stays resident, and whether that request has used it yet.
 val live_units(Session& s) {
   const LoaderStats stats = s.live_loader_stats();
-  std::vector<bool> used(stats.units.size(), false);
+  std::vector<LiveUnit> units;
+  for (const UnitCounters& c : stats.units) units.push_back({c.name, c.bytes, c.loads, c.resident, false});
   for (const UnitEvent& e : stats.timeline) {
-    if (e.unit >= 0 && static_cast<size_t>(e.unit) < used.size()) used[static_cast<size_t>(e.unit)] = true;
+    if (e.unit >= 0 && static_cast<size_t>(e.unit) < units.size()) units[static_cast<size_t>(e.unit)].used = true;
   }
-  val units = val::array();
-  for (size_t i = 0; i < stats.units.size(); ++i) {
-    const UnitCounters& c = stats.units[i];
-    val u = val::object();
-    u.set("name", c.name);
-    u.set("bytes", static_cast<double>(c.bytes));
-    u.set("loads", static_cast<double>(c.loads));
-    u.set("resident", c.resident);
-    u.set("used", static_cast<bool>(used[i]));
-    units.set(i, u);
-  }
-  return units;
+  return to_js(units);
 }
 
 val stats(Session& s) {
   return answer([&] {
-    val o = val::object();
-    o.set("loader", to_js(s.loader_stats()));
-    o.set("kvCacheBytes", static_cast<double>(s.kv_cache_bytes()));
-    // Memory only grows, so this is also the peak.
-    o.set("heapBytes", static_cast<double>(emscripten_get_heap_size()));
-    if (const auto source = s.source_stats()) o.set("source", to_js(*source));
-    if (const auto last = s.last_generation()) o.set("lastGeneration", to_js(*last));
-    return o;
+    return to_js(SessionStats{s.loader_stats(), s.kv_cache_bytes(), emscripten_get_heap_size(), s.source_stats(),
+                              s.last_generation()});
   });
 }
 
@@ -489,34 +465,11 @@ void run_queued_calls() {
 
 EMSCRIPTEN_BINDINGS(sipllm) {
   using namespace sipllm::wasm;
-  emscripten::class_<Session>("Session")
-      .constructor<int>()
-      .function("openUrl", &open_url)
-      .function("openBytes", &open_bytes)
-      .function("generate", &generate)
-      .function("generateTokens", &generate_tokens)
-      .function("embed", &embed)
-      .function("warmUp", &warm_up)
-      .function("liveUnits", &live_units)
-      .function("takeTokens", &take_tokens)
-      .function("takeResult", &take_result)
-      .function("busy", &busy)
-      .function("cancel", &cancel)
-      .function("endWarmUp", &end_warm_up)
-      .function("info", &info)
-      .function("tokenize", &tokenize)
-      .function("detokenize", &detokenize)
-      .function("reset", &reset)
-      .function("stats", &stats)
-      .function("close", &close)
-      .function("probeAddress", &probe_address)
-      .function("holdJobs", &hold_jobs)
-      .function("holdEngineLock", &hold_engine_lock);
-  emscripten::function("listCachedModels", &list_cached_models_js);
-  emscripten::function("deleteCachedModel", &delete_cached_model_js);
-  emscripten::function("jsonSchemaToGrammar", &json_schema_to_grammar_js);
-  emscripten::function("jsonObjectGrammar", &json_object_grammar_js);
-  emscripten::function("toolCallGrammar", &tool_call_grammar_js);
-  emscripten::function("runQueuedCalls", &run_queued_calls);
+#define SIPLLM_METHOD(js_name, fn, ts, doc) .function(#js_name, &fn)
+  emscripten::class_<Session>("Session").constructor<int>() SIPLLM_SESSION_METHODS(SIPLLM_METHOD);
+#undef SIPLLM_METHOD
+#define SIPLLM_FUNCTION(js_name, fn, ts, doc) emscripten::function(#js_name, &fn);
+  SIPLLM_MODULE_FUNCTIONS(SIPLLM_FUNCTION)
+#undef SIPLLM_FUNCTION
   emscripten::constant("threaded", static_cast<bool>(SIPLLM_WASM_THREADS));
 }

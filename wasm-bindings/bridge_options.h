@@ -79,7 +79,8 @@ inline constexpr std::span<const std::string_view> kNoChoices{};
   X(ringBuffers, kInteger, kAny, kPublic, kNoChoices, engine.loader.n_buffers,                                     \
     "Prefetch ring size; default 2.")                                                                              \
   X(loadThreads, kInteger, kNonNegative, kPublic, kNoChoices, engine.loader.load_threads,                          \
-    "Units loaded side by side; default 2 (the sync loader of the single build: none).")                           \
+    "Units loaded side by side; 0 (the default): as the source prefers, 2 over\n"                                   \
+    "the network, 1 from memory (the single build's sync loader: none).")                                          \
   X(prefillChunk, kInteger, kAny, kPublic, kNoChoices, engine.prefill_chunk,                                       \
     "Prompt positions per block load; default 512.")                                                              \
   X(unpack5bit, kBoolean, kAny, kPublic, kNoChoices, engine.loader.unpack_5bit,                                    \

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cctype>
+#include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -25,6 +27,7 @@ enum class ResultType {
   kBudget,   // a byte budget; kUnlimitedBudget as -1       -> number
   kName,     // an enum, by its name (stop_reason_name)     -> string
   kNested,   // an object or array of its own (bindings.cpp, to_js) -> the list's `ts`
+  kMaybe,    // a std::optional of one, set only when present           -> an optional `ts`
 };
 
 struct ResultSpec {
@@ -173,6 +176,45 @@ inline std::string camel_case(std::string_view snake) {
   X(etag, kText, etag, "", "")                                             \
   X(lastModified, kText, last_modified, "", "")
 
+// LiveUnit (bindings.cpp, live_units): a stream unit as the loader's
+// counters describe it, cheap enough to read every ~100 ms while a request runs.
+struct LiveUnit {
+  std::string name;
+  uint64_t bytes = 0;
+  uint64_t loads = 0;
+  bool resident = false;
+  bool used = false;
+};
+#define SIPLLM_LIVE_UNIT_FIELDS(X)                                                              \
+  X(name, kText, name, "", "")                                                                  \
+  X(bytes, kNumber, bytes, "", "")                                                              \
+  X(loads, kNumber, loads, "", "In the running (or last) request.")                            \
+  X(resident, kBoolean, resident, "", "Kept in memory once loaded.")                           \
+  X(used, kBoolean, used, "", "The running (or last) request has computed with it.")
+
+// SessionStats (bindings.cpp, stats): what the package's Stats takes from the engine.
+struct SessionStats {
+  LoaderStats loader;
+  uint64_t kv_cache_bytes = 0;
+  uint64_t heap_bytes = 0;
+  std::optional<HttpSourceStats> source;
+  std::optional<GenerationStats> last_generation;
+};
+#define SIPLLM_SESSION_STATS_FIELDS(X)                                                                 \
+  X(loader, kNested, loader, "LoaderStats", "")                                                        \
+  X(kvCacheBytes, kNumber, kv_cache_bytes, "", "")                                                     \
+  X(heapBytes, kNumber, heap_bytes, "", "The WebAssembly memory: it only grows, so also its peak.")    \
+  X(source, kMaybe, source, "SourceStats", "A model opened from a URL.")                               \
+  X(lastGeneration, kMaybe, last_generation, "EngineGenerationStats", "")
+
+// JobResult (session.h, Session::take_result): how a job ended.
+#define SIPLLM_JOB_OUTCOME_FIELDS(X)                                                                     \
+  X(ok, kBoolean, ok, "", "")                                                                            \
+  X(error, kMaybe, error(), "{ kind: string; message: string }", "")                                   \
+  X(stats, kMaybe, stats, "EngineGenerationStats", "A generation's.")                                   \
+  X(embeddings, kMaybe, embeddings, "{ vectors: Float32Array[]; tokens: number }",                     \
+    "An embed job's vectors, and the tokens its texts took.")
+
 #define SIPLLM_RESULT_SPEC_ITEM(js_name, type, member, ts, doc) ResultSpec{#js_name, ResultType::type, ts, doc},
 
 inline constexpr ResultSpec kUnitCountersSpecs[] = {SIPLLM_UNIT_COUNTERS_FIELDS(SIPLLM_RESULT_SPEC_ITEM)};
@@ -183,6 +225,9 @@ inline constexpr ResultSpec kGenerationStatsSpecs[] = {SIPLLM_GENERATION_STATS_F
 inline constexpr ResultSpec kSourceStatsSpecs[] = {SIPLLM_SOURCE_STATS_FIELDS(SIPLLM_RESULT_SPEC_ITEM)};
 inline constexpr ResultSpec kModelInfoSpecs[] = {SIPLLM_MODEL_INFO_FIELDS(SIPLLM_RESULT_SPEC_ITEM)};
 inline constexpr ResultSpec kCachedModelSpecs[] = {SIPLLM_CACHED_MODEL_FIELDS(SIPLLM_RESULT_SPEC_ITEM)};
+inline constexpr ResultSpec kLiveUnitSpecs[] = {SIPLLM_LIVE_UNIT_FIELDS(SIPLLM_RESULT_SPEC_ITEM)};
+inline constexpr ResultSpec kSessionStatsSpecs[] = {SIPLLM_SESSION_STATS_FIELDS(SIPLLM_RESULT_SPEC_ITEM)};
+inline constexpr ResultSpec kJobOutcomeSpecs[] = {SIPLLM_JOB_OUTCOME_FIELDS(SIPLLM_RESULT_SPEC_ITEM)};
 
 #undef SIPLLM_RESULT_SPEC_ITEM
 

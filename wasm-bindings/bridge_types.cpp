@@ -5,8 +5,12 @@
 //   sipllm_bridge_types                prints the file
 //   sipllm_bridge_types --check FILE   exits 1, saying how to refresh it, when
 //                                      FILE differs from what it would print
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <type_traits>
 #include <span>
 #include <sstream>
 #include <string>
@@ -14,6 +18,8 @@
 
 #include "bridge_options.h"
 #include "bridge_results.h"
+#include "bridge_surface.h"
+#include "session.h"  // OpenOptions: its fields' defaults
 
 namespace sipllm::wasm {
 namespace {
@@ -127,6 +133,7 @@ std::string_view typescript_type(const ResultSpec& spec) {
     case ResultType::kName:
       return "string";
     case ResultType::kNested:
+    case ResultType::kMaybe:
       return spec.ts;
   }
   return "unknown";
@@ -138,8 +145,28 @@ void write_table(std::ostream& out, const ResultTable& table) {
   out << "export interface " << table.interface_name << " {\n";
   for (const ResultSpec& spec : table.specs) {
     if (!spec.doc.empty()) write_doc(out, spec.doc, "  ");
-    out << "  " << spec.js_name << ": " << typescript_type(spec) << ";\n";
+    out << "  " << spec.js_name << (spec.type == ResultType::kMaybe ? "?: " : ": ") << typescript_type(spec) << ";\n";
   }
+  out << "}\n";
+}
+
+// The Embind surface (bridge_surface.h): a Session's methods, the module's
+// functions, and the Answer the calls answered at once return.
+void write_surface(std::ostream& out) {
+  out << "\n";
+  write_doc(out, "What a call answered at once returns: its value, or the error it threw.", "");
+  out << "export interface Answer<T> {\n  value?: T;\n  error?: { kind: string; message: string };\n}\n\n";
+  write_doc(out, "A Session of the engine's module (new Module.Session(id)), as bindings.cpp registers it.", "");
+  out << "export interface EngineSession {\n";
+#define SIPLLM_WRITE_METHOD(js_name, fn, ts, doc)        \
+  if (!std::string_view(doc).empty()) write_doc(out, doc, "  "); \
+  out << "  " << #js_name << ts << ";\n";
+  SIPLLM_SESSION_METHODS(SIPLLM_WRITE_METHOD)
+  out << "  /** Frees it (Embind's). */\n  delete(): void;\n}\n\n";
+  write_doc(out, "The functions of the engine's module, as bindings.cpp registers them.", "");
+  out << "export interface EngineModuleFunctions {\n";
+  SIPLLM_MODULE_FUNCTIONS(SIPLLM_WRITE_METHOD)
+#undef SIPLLM_WRITE_METHOD
   out << "}\n";
 }
 
@@ -158,6 +185,90 @@ void write_hyperparameters(std::ostream& out) {
 #undef SIPLLM_WRITE_HYPERPARAMETER
   out << "}\n";
 }
+
+// ---- The options' defaults, from the C++ structs ----------------------------
+
+// An option's default as TypeScript writes it, when it is a plain value.
+template <class Field>
+std::optional<std::string> default_text(const OptionSpec& spec, const Field& value) {
+  if constexpr (std::is_same_v<Field, bool>) {
+    return value ? "true" : "false";
+  } else if constexpr (std::is_enum_v<Field>) {
+    return "'" + std::string(spec.choices[static_cast<size_t>(value)]) + "'";
+  } else if constexpr (std::is_arithmetic_v<Field>) {
+    if (spec.type == OptionType::kByteCount && static_cast<uint64_t>(value) == kUnlimitedBudget) return std::nullopt;
+    std::ostringstream text;
+    text << value;
+    return text.str();
+  } else {
+    return std::nullopt;  // text, lists, a seed: no plain default
+  }
+}
+
+// A default the option's documentation states ("default 30000", "Default
+// 'f16'", "default true") must be the struct's: the generator fails
+// otherwise, so that the two cannot drift apart.
+void check_documented_default(std::string_view table, const OptionSpec& spec, const std::string& value) {
+  std::string doc(spec.doc);
+  for (char& c : doc) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const size_t at = doc.find("default ");
+  if (at == std::string::npos) return;
+  std::string stated = doc.substr(at + 8);
+  stated = stated.substr(0, stated.find_first_of(" ,;()\n"));
+  while (!stated.empty() && stated.back() == '.') stated.pop_back();
+  const bool numeric = !stated.empty() && (std::isdigit(static_cast<unsigned char>(stated[0])) || stated[0] == '-');
+  const bool literal = stated == "true" || stated == "false" || (!stated.empty() && stated[0] == '\'');
+  if (!numeric && !literal) return;  // "default: the machine's cores", "default unlimited"
+  std::string actual = value;
+  for (char& c : actual) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double scale = 1;  // "default 1 MiB"
+  if (numeric && doc.compare(at + 8 + stated.size(), 4, " mib") == 0) scale = 1 << 20;
+  if (numeric ? std::strtod(stated.c_str(), nullptr) * scale != std::strtod(actual.c_str(), nullptr) : stated != actual) {
+    std::cerr << table << "." << spec.js_name << ": its documentation says default " << stated
+              << ", but the C++ default is " << value << "\n";
+    std::exit(1);
+  }
+}
+
+// export const NAME = { option: default, ... }: the public options whose
+// default is a plain value, as the engine's structs have them.
+void write_defaults(std::ostream& out, std::string_view name, std::string_view what,
+                    std::span<const OptionSpec> specs, const std::vector<std::optional<std::string>>& values) {
+  out << "\n";
+  write_doc(out, what, "");
+  out << "export const " << name << " = {\n";
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].audience != OptionAudience::kPublic || !values[i]) continue;
+    check_documented_default(name, specs[i], *values[i]);
+    out << "  " << specs[i].js_name << ": " << *values[i] << ",\n";
+  }
+  out << "} as const;\n";
+}
+
+#define SIPLLM_DEFAULT_OF(js_name, type, range, audience, choices, member, doc) \
+  default_text(OptionSpec{#js_name, OptionType::type, OptionRange::range, OptionAudience::audience, choices, doc}, \
+               defaults.member),
+
+void write_all_defaults(std::ostream& out) {
+  {
+    const OpenOptions defaults;
+    write_defaults(out, "ENGINE_LOAD_DEFAULTS", "The engine's defaults of EngineLoadOptions (its C++ structs').",
+                                kOpenOptionSpecs, {SIPLLM_OPEN_OPTIONS(SIPLLM_DEFAULT_OF)});
+  }
+  {
+    const GenerateOptions defaults;
+    write_defaults(out, "ENGINE_GENERATE_DEFAULTS",
+                                    "The engine's defaults of EngineGenerateOptions (its C++ structs').",
+                                    kGenerateOptionSpecs, {SIPLLM_GENERATE_OPTIONS(SIPLLM_DEFAULT_OF)});
+  }
+  {
+    const EmbedOptions defaults;
+    write_defaults(out, "ENGINE_EMBED_DEFAULTS", "The engine's defaults of EngineEmbedOptions (its C++ structs').",
+                                 kEmbedOptionSpecs, {SIPLLM_EMBED_OPTIONS(SIPLLM_DEFAULT_OF)});
+  }
+}
+
+#undef SIPLLM_DEFAULT_OF
 
 std::string generate() {
   const OptionTable tables[] = {
@@ -187,6 +298,13 @@ std::string generate() {
       {"EngineGenerationStats", "A generation's figures as the engine reports them.", kGenerationStatsSpecs},
       {"SourceStats", "What the HTTP source has done so far.", kSourceStatsSpecs},
       {"CachedModel", "A model in the cache.", kCachedModelSpecs},
+      {"LiveUnit", "A stream unit as the loader's counters describe it (Session.liveUnits).", kLiveUnitSpecs},
+      {"SessionStats", "The session's figures (Session.stats): what the package's Stats takes from the engine.",
+       kSessionStatsSpecs},
+      {"JobOutcome",
+       "How a job ended (Session.takeResult): a generation's statistics, or an embed job's\n"
+       "vectors and the tokens its texts took.",
+       kJobOutcomeSpecs},
   };
   std::ostringstream out;
   out << "// Generated by wasm-bindings/bridge_types.cpp from the lists of\n"
@@ -194,7 +312,9 @@ std::string generate() {
          "// scripts/build-wasm.sh (or scripts/generate-bridge-types.sh). The ctest test\n"
          "// BridgeTypes.UpToDate fails while this file is stale.\n";
   for (const OptionTable& table : tables) write_table(out, table);
+  write_all_defaults(out);
   write_hyperparameters(out);
+  write_surface(out);
   for (const ResultTable& table : results) write_table(out, table);
   return out.str();
 }

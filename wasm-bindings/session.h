@@ -69,10 +69,19 @@ struct Embeddings {
 };
 
 // How a job ended.
+struct JobError {
+  std::string kind;  // error_kind_name(), or "internal"
+  std::string message;
+};
+
 struct JobResult {
   bool ok = true;
   std::string error_kind;  // error_kind_name(), or "internal"
   std::string error_message;
+  std::optional<JobError> error() const {
+    if (ok) return std::nullopt;
+    return JobError{error_kind, error_message};
+  }
   std::optional<GenerationStats> stats;  // set by a generate job
   std::optional<Embeddings> embeddings;  // set by an embed job
 };

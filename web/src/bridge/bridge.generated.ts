@@ -21,7 +21,10 @@ export interface EngineLoadOptions {
   kvCacheType?: 'f16' | 'f32';
   /** Prefetch ring size; default 2. */
   ringBuffers?: number;
-  /** Units loaded side by side; default 2 (the sync loader of the single build: none). */
+  /**
+   * Units loaded side by side; 0 (the default): as the source prefers, 2 over
+   * the network, 1 from memory (the single build's sync loader: none).
+   */
   loadThreads?: number;
   /** Prompt positions per block load; default 512. */
   prefillChunk?: number;
@@ -123,6 +126,47 @@ export interface EngineEmbedOptions {
   addSpecial?: boolean;
 }
 
+/** The engine's defaults of EngineLoadOptions (its C++ structs'). */
+export const ENGINE_LOAD_DEFAULTS = {
+  threads: 0,
+  contextLength: 0,
+  kvCacheType: 'f16',
+  ringBuffers: 2,
+  loadThreads: 0,
+  prefillChunk: 512,
+  unpack5bit: true,
+  parallelRequests: 4,
+  maxRetries: 4,
+  backoffMs: 100,
+  readTimeoutMs: 30000,
+  maxRetryAfterMs: 30000,
+  allowWholeFile: false,
+  cachePageBytes: 1048576,
+} as const;
+
+/** The engine's defaults of EngineGenerateOptions (its C++ structs'). */
+export const ENGINE_GENERATE_DEFAULTS = {
+  maxTokens: 256,
+  temperature: 0.8,
+  topK: 40,
+  topP: 0.95,
+  minP: 0.05,
+  typicalP: 1,
+  repeatPenalty: 1,
+  repeatLastN: 64,
+  presencePenalty: 0,
+  frequencyPenalty: 0,
+  addSpecial: true,
+  parseSpecial: true,
+} as const;
+
+/** The engine's defaults of EngineEmbedOptions (its C++ structs'). */
+export const ENGINE_EMBED_DEFAULTS = {
+  pooling: 'model',
+  normalize: true,
+  addSpecial: true,
+} as const;
+
 /**
  * The model's hyper-parameters (SIPLLM_HYPERPARAMETERS in sipllm/engine.h), names
  * in camelCase: the optional ones where the model has them.
@@ -174,6 +218,59 @@ export interface ModelHyperparameters {
   sharedKvLayers?: number;
   /** Floats of each layer's per-layer input. */
   nEmbdPerLayer?: number;
+}
+
+/** What a call answered at once returns: its value, or the error it threw. */
+export interface Answer<T> {
+  value?: T;
+  error?: { kind: string; message: string };
+}
+
+/** A Session of the engine's module (new Module.Session(id)), as bindings.cpp registers it. */
+export interface EngineSession {
+  openUrl(url: string, options: EngineOpenOptions): Answer<undefined>;
+  openBytes(bytesId: number, size: number, name: string, options: EngineOpenOptions): Answer<undefined>;
+  /** A job: its events reach Module.sipllmHost.event (tokens, done, progress, alive). */
+  generate(prompt: string, options: EngineGenerateOptions): Answer<undefined>;
+  generateTokens(tokens: number[], options: EngineGenerateOptions): Answer<undefined>;
+  embed(texts: string[], options: EngineEmbedOptions): Answer<undefined>;
+  warmUp(milliseconds: number): Answer<undefined>;
+  /** At any time: a running warm-up stops, the loader goes on. */
+  endWarmUp(): void;
+  /** At any time, also while a job runs. */
+  liveUnits(): LiveUnit[];
+  takeTokens(): Array<{ token: number; text: string }>;
+  /** How the last job ended. */
+  takeResult(): JobOutcome;
+  busy(): boolean;
+  /** Tokens generated so far. */
+  cancel(): number;
+  info(): Answer<ModelInfo>;
+  tokenize(text: string, addSpecial: boolean, parseSpecial: boolean): Answer<Int32Array>;
+  detokenize(tokens: number[]): Answer<string>;
+  reset(): Answer<undefined>;
+  stats(): Answer<SessionStats>;
+  /** Then wait for the 'closed' event before delete(). */
+  close(): void;
+  /** Where its probe lies in the memory (web/src/probe.ts). */
+  probeAddress(): number;
+  /** A test's hook: no job starts while held (threaded builds). */
+  holdJobs(held: boolean): Answer<undefined>;
+  /** A test's hook: this thread holds the engine's lock, waiting (Session::hold_engine_lock). */
+  holdEngineLock(milliseconds: number): void;
+  /** Frees it (Embind's). */
+  delete(): void;
+}
+
+/** The functions of the engine's module, as bindings.cpp registers them. */
+export interface EngineModuleFunctions {
+  listCachedModels(storeId: number): Answer<CachedModel[]>;
+  deleteCachedModel(storeId: number, url: string): Answer<undefined>;
+  jsonSchemaToGrammar(schema: string): Answer<string>;
+  jsonObjectGrammar(): Answer<string>;
+  toolCallGrammar(callSchema: string, open: string, close: string, parallel: boolean): Answer<string>;
+  /** Runs what the engine's threads queued for this thread. */
+  runQueuedCalls(): void;
 }
 
 /** The model's description (ModelInfo in sipllm/engine.h). */
@@ -324,4 +421,40 @@ export interface CachedModel {
   cachedBytes: number;
   etag: string;
   lastModified: string;
+}
+
+/** A stream unit as the loader's counters describe it (Session.liveUnits). */
+export interface LiveUnit {
+  name: string;
+  bytes: number;
+  /** In the running (or last) request. */
+  loads: number;
+  /** Kept in memory once loaded. */
+  resident: boolean;
+  /** The running (or last) request has computed with it. */
+  used: boolean;
+}
+
+/** The session's figures (Session.stats): what the package's Stats takes from the engine. */
+export interface SessionStats {
+  loader: LoaderStats;
+  kvCacheBytes: number;
+  /** The WebAssembly memory: it only grows, so also its peak. */
+  heapBytes: number;
+  /** A model opened from a URL. */
+  source?: SourceStats;
+  lastGeneration?: EngineGenerationStats;
+}
+
+/**
+ * How a job ended (Session.takeResult): a generation's statistics, or an embed job's
+ * vectors and the tokens its texts took.
+ */
+export interface JobOutcome {
+  ok: boolean;
+  error?: { kind: string; message: string };
+  /** A generation's. */
+  stats?: EngineGenerationStats;
+  /** An embed job's vectors, and the tokens its texts took. */
+  embeddings?: { vectors: Float32Array[]; tokens: number };
 }

@@ -29,9 +29,6 @@ const MAX_HELD_BYTES = 64 << 20;
 const HELD_POLL_MS = 20;
 const CACHE_POLL_MS = 10;
 
-// The engine's own read timeout when the load options give none (HttpSourceOptions).
-export const DEFAULT_READ_TIMEOUT_MS = 30_000;
-
 // A body is read into a buffer of this size where its stream allows it (a
 // byte stream, "bring your own buffer"): Chromium then hands over up to this
 // much at a time instead of a chunk of 64 KiB or less per read, and one

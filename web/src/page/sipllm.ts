@@ -9,10 +9,10 @@
 //   llm.stats(); await llm.unload();
 
 import { renderChatTemplate } from '../chat.js';
-import { DEFAULT_READ_TIMEOUT_MS, EarlyFetch } from './early-fetch.js';
+import { EarlyFetch } from './early-fetch.js';
 import { canShareMemory, hasRelaxedSimd, isNode, isThreadedBuild, nodeImport } from '../env.js';
 import { AbortError, EngineStalledError, InvalidArgumentError, SipLLMError, UnsupportedError } from '../errors.js';
-import { ENGINE_LOAD_OPTION_KEYS, NON_NEGATIVE_LOAD_OPTION_KEYS } from '../bridge/bridge.generated.js';
+import { ENGINE_LOAD_DEFAULTS, ENGINE_LOAD_OPTION_KEYS, NON_NEGATIVE_LOAD_OPTION_KEYS } from '../bridge/bridge.generated.js';
 import type { EngineLoadOptions } from '../bridge/bridge.generated.js';
 import { ChatCompletions, Completions, Embeddings } from '../openai/openai.js';
 import type { CompletionEngine } from '../openai/openai.js';
@@ -37,7 +37,6 @@ import type {
 } from '../types.js';
 import { WorkerHandle } from './worker-handle.js';
 
-const DEFAULT_PARALLEL_REQUESTS = 4;
 // Time enough for Chromium to replace its first-run code of the hot kernels
 // with optimised code; the threaded build spends it while the first blocks
 // download (see LoadOptions.warmUpMs).
@@ -226,7 +225,7 @@ export class SipLLM implements CompletionEngine {
     for (const key of [...NON_NEGATIVE_LOAD_OPTION_KEYS, 'warmUpMs', 'stallTimeoutMs'] as const) checkNumber(options, key);
     const build = chooseBuild(options.build);
     const threads = build === 'single' ? 1 : Math.max(1, Math.floor(options.threads ?? (await defaultThreads())));
-    const parallelRequests = build === 'single' ? 1 : options.parallelRequests ?? DEFAULT_PARALLEL_REQUESTS;
+    const parallelRequests = build === 'single' ? 1 : options.parallelRequests ?? ENGINE_LOAD_DEFAULTS.parallelRequests;
     const given: EngineLoadOptions = definedFields(options, ENGINE_LOAD_OPTION_KEYS);
     const plan: Plan = {
       build,
@@ -266,7 +265,7 @@ export class SipLLM implements CompletionEngine {
     // The model's first pieces, fetched on this thread while the worker
     // starts its module (see bridge/early-pieces.ts): threaded builds only.
     const early = 'url' in source && isThreadedBuild(plan.build) && canShareMemory()
-      ? new EarlyFetch(source.url, plan.engineOptions.readTimeoutMs || DEFAULT_READ_TIMEOUT_MS, (message) => handle.post(message))
+      ? new EarlyFetch(source.url, plan.engineOptions.readTimeoutMs || ENGINE_LOAD_DEFAULTS.readTimeoutMs, (message) => handle.post(message))
       : null;
     const onAbort = () => {
       early?.dispose();

@@ -2,59 +2,13 @@
 // realm: a browser worker or a Node worker thread.
 
 import { isNode, isThreadedBuild, nodeImport } from '../env.js';
-import type { EngineEmbedOptions, EngineGenerateOptions, EngineOpenOptions } from '../bridge/bridge.generated.js';
+import type { EngineModuleFunctions, EngineSession } from '../bridge/bridge.generated.js';
 import type { EarlyRanges } from './early-ranges.js';
-import type { Build, CachedModel, GenerationStats, LoaderStats, ModelInfo, SourceStats } from '../types.js';
+import type { Build } from '../types.js';
 
-// What wasm-bindings/bindings.cpp and host.js give the JavaScript side.
-export interface Answer<T> {
-  value?: T;
-  error?: { kind: string; message: string };
-}
-
-export interface EngineSession {
-  openUrl(url: string, options: EngineOpenOptions): Answer<undefined>;
-  openBytes(bytesId: number, size: number, name: string, options: EngineOpenOptions): Answer<undefined>;
-  generate(prompt: string, options: EngineGenerateOptions): Answer<undefined>;
-  generateTokens(tokens: number[], options: EngineGenerateOptions): Answer<undefined>;
-  embed(texts: string[], options: EngineEmbedOptions): Answer<undefined>;
-  warmUp(milliseconds: number): Answer<undefined>;
-  endWarmUp(): void;  // at any time: a running warm-up stops, the loader goes on
-  // At any time, also while a job runs.
-  liveUnits(): LiveUnit[];
-  takeTokens(): Array<{ token: number; text: string }>;
-  takeResult(): JobOutcome;
-  busy(): boolean;
-  cancel(): number;
-  info(): Answer<ModelInfo>;
-  tokenize(text: string, addSpecial: boolean, parseSpecial: boolean): Answer<Int32Array>;
-  detokenize(tokens: number[]): Answer<string>;
-  reset(): Answer<undefined>;
-  stats(): Answer<SessionStats>;
-  close(): void;  // then wait for the 'closed' event before delete()
-  delete(): void;
-  probeAddress(): number;  // where its probe lies in the memory (probe.ts)
-  holdJobs(held: boolean): Answer<undefined>;  // a test's hook (threaded builds)
-  holdEngineLock(milliseconds: number): void;  // a test's hook (Session::hold_engine_lock)
-}
-
-// How a job ended (Session::take_result): a generation's statistics, or an
-// embed job's vectors and the tokens its texts took.
-export interface JobOutcome {
-  ok: boolean;
-  error?: { kind: string; message: string };
-  stats?: GenerationStats;
-  embeddings?: { vectors: Float32Array[]; tokens: number };
-}
-
-// The session's figures (bindings.cpp, stats): what Stats takes from the engine.
-export interface SessionStats {
-  loader: LoaderStats;
-  kvCacheBytes: number;
-  heapBytes: number;
-  source?: SourceStats;           // a model opened from a URL
-  lastGeneration?: GenerationStats;
-}
+// What wasm-bindings/bindings.cpp gives the JavaScript side is declared
+// with it (bridge_surface.h, bridge_results.h) and generated.
+export type { Answer, EngineSession, JobOutcome, LiveUnit, SessionStats } from '../bridge/bridge.generated.js';
 
 // Bytes delivered to the engine so far (a 'progress' event, js_host.cpp post_progress).
 export interface ByteProgress {
@@ -63,15 +17,6 @@ export interface ByteProgress {
   fromCache: number;
   total: number;
   header: boolean;  // the GGUF header is still being read
-}
-
-// A stream unit as the loader's counters describe it (bindings.cpp).
-export interface LiveUnit {
-  name: string;
-  bytes: number;
-  loads: number;      // in the running (or last) request
-  resident: boolean;  // kept in memory once loaded
-  used: boolean;      // the running (or last) request has computed with it
 }
 
 // What the engine tells a session's JavaScript side (js_host.cpp post_*).
@@ -84,14 +29,10 @@ export interface Registry {
   early: EarlyRanges | null;  // the model's first bytes, fetched before the module was ready
 }
 
-export interface EngineModule {
+// The module: the functions bindings.cpp registers, and what host.js and
+// the worker add.
+export interface EngineModule extends EngineModuleFunctions {
   Session: new (id: number) => EngineSession;
-  listCachedModels(storeId: number): Answer<CachedModel[]>;
-  deleteCachedModel(storeId: number, url: string): Answer<undefined>;
-  jsonSchemaToGrammar(schema: string): Answer<string>;
-  jsonObjectGrammar(): Answer<string>;
-  toolCallGrammar(callSchema: string, open: string, close: string, parallel: boolean): Answer<string>;
-  runQueuedCalls(): void;  // what the engine's threads queued for this thread (bindings.cpp)
   threaded: boolean;
   sipllmRegistry?: Registry;
   sipllmHost: { memory(): ArrayBufferLike };  // host.js

@@ -396,7 +396,7 @@ class EngineWorker {
     this.dropEarly();
     if (!outcome.ok) throw fail(outcome.error);
     if (outcome.stats === undefined) throw new Failure('internal', 'a generation ended without its statistics');
-    const generation = outcome.stats;
+    const generation: GenerationStats = outcome.stats;
     if (this.tokensAtCancel !== undefined) generation.tokensAtCancel = this.tokensAtCancel;
     this.lastGeneration = generation;
     const stats = this.snapshot();
