@@ -150,8 +150,7 @@ inline std::string camel_case(std::string_view snake) {
 // ModelInfo.
 #define SIPLLM_MODEL_INFO_FIELDS(X)                                                                            \
   X(architecture, kText, architecture, "",                                                                     \
-    "general.architecture: 'llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'gemma4', 'phi3', 'qwen35', 'lfm2', "  \
-    "'smollm3'")                                                                                               \
+    "general.architecture: one of ARCHITECTURES.")                                                             \
   X(name, kText, name, "", "")                                                                                 \
   X(hyperparameters, kNested, hyperparameters, "ModelHyperparameters", "")                                     \
   X(ggufVersion, kNumber, gguf_version, "", "")                                                                \

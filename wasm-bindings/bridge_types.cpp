@@ -170,6 +170,17 @@ void write_surface(std::ostream& out) {
   out << "}\n";
 }
 
+// The architectures the engine runs (supported_architectures, from its
+// table of families).
+void write_architectures(std::ostream& out) {
+  out << "\n";
+  write_doc(out, "The architectures (general.architecture) the engine runs.", "");
+  out << "export const ARCHITECTURES = [";
+  const std::vector<std::string> names = supported_architectures();
+  for (size_t i = 0; i < names.size(); ++i) out << (i == 0 ? "'" : ", '") << names[i] << "'";
+  out << "] as const;\nexport type Architecture = (typeof ARCHITECTURES)[number];\n";
+}
+
 // ModelHyperparameters, from SIPLLM_HYPERPARAMETERS (sipllm/engine.h).
 void write_hyperparameters(std::ostream& out) {
   out << "\n";
@@ -313,6 +324,7 @@ std::string generate() {
          "// BridgeTypes.UpToDate fails while this file is stale.\n";
   for (const OptionTable& table : tables) write_table(out, table);
   write_all_defaults(out);
+  write_architectures(out);
   write_hyperparameters(out);
   write_surface(out);
   for (const ResultTable& table : results) write_table(out, table);

@@ -18,3 +18,5 @@ export {
 export type { ErrorKind } from './errors.js';
 export type { StallDump } from './probe.js';
 export type * from './types.js';
+export { ARCHITECTURES } from './bridge/bridge.generated.js';
+export type { Architecture } from './bridge/bridge.generated.js';

@@ -63,8 +63,12 @@ struct Hyperparameter {
   X(shared_kv_layers, false, "The last layers, which attend over earlier layers' keys and values.")  \
   X(n_embd_per_layer, false, "Floats of each layer's per-layer input.")
 
+// The architectures (general.architecture) the engine runs, in its table's
+// order: "llama", "qwen2", ...
+std::vector<std::string> supported_architectures();
+
 struct ModelInfo {
-  std::string architecture;  // general.architecture: "llama", "qwen3", ...
+  std::string architecture;  // general.architecture: one of supported_architectures()
   std::string name;
   // The hyper-parameters that apply to this model (SIPLLM_HYPERPARAMETERS).
   std::vector<Hyperparameter> hyperparameters;

@@ -463,6 +463,12 @@ std::unique_ptr<Engine> Engine::open(std::unique_ptr<WeightSource> source, const
   return std::make_unique<EngineImpl>(std::move(source), options);
 }
 
+std::vector<std::string> supported_architectures() {
+  std::vector<std::string> names;
+  for (const Family& f : supported_families()) names.push_back(f.architecture);
+  return names;
+}
+
 double ModelInfo::hyperparameter(std::string_view key, double fallback) const {
   for (const Hyperparameter& h : hyperparameters) {
     if (h.name == key) return h.value;

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -320,10 +321,18 @@ TEST(Engine, HyperparametersAreTheDeclaredListInItsOrder) {
     for (; next < declared.size(); ++next) EXPECT_FALSE(declared[next].always) << what << " lacks " << declared[next].name;
   };
   const std::string arch = std::string(SIPLLM_SOURCE_DIR) + "/tests/fixtures/arch/";
+  const std::vector<std::string> architectures = supported_architectures();
+  std::set<std::string> opened;
   for (const char* family : {"llama3", "qwen2", "qwen3", "gemma2", "gemma3", "gemma4", "phi3", "smollm3", "qwen35",
                              "lfm2"}) {
-    check(Engine::open(open_file_source(arch + family + "-Q8_0.gguf"))->info(), family);
+    const ModelInfo info = Engine::open(open_file_source(arch + family + "-Q8_0.gguf"))->info();
+    check(info, family);
+    // The list the package is given (ARCHITECTURES) is what the engine runs.
+    EXPECT_NE(std::find(architectures.begin(), architectures.end(), info.architecture), architectures.end())
+        << info.architecture;
+    opened.insert(info.architecture);
   }
+  EXPECT_EQ(opened, std::set<std::string>(architectures.begin(), architectures.end()));
   // Pooling (embedding models), rope scaling: keys the fixtures lack.
   GgufWriter pooled = test::random_family_writer("qwen3");
   pooled.set_uint32("qwen3.pooling_type", 1);

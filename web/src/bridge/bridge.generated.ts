@@ -167,6 +167,10 @@ export const ENGINE_EMBED_DEFAULTS = {
   addSpecial: true,
 } as const;
 
+/** The architectures (general.architecture) the engine runs. */
+export const ARCHITECTURES = ['llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'gemma4', 'phi3', 'qwen35', 'lfm2', 'smollm3'] as const;
+export type Architecture = (typeof ARCHITECTURES)[number];
+
 /**
  * The model's hyper-parameters (SIPLLM_HYPERPARAMETERS in sipllm/engine.h), names
  * in camelCase: the optional ones where the model has them.
@@ -275,7 +279,7 @@ export interface EngineModuleFunctions {
 
 /** The model's description (ModelInfo in sipllm/engine.h). */
 export interface ModelInfo {
-  /** general.architecture: 'llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'gemma4', 'phi3', 'qwen35', 'lfm2', 'smollm3' */
+  /** general.architecture: one of ARCHITECTURES. */
   architecture: string;
   name: string;
   hyperparameters: ModelHyperparameters;
