@@ -437,6 +437,9 @@ void PageCache::store_ranges(const std::vector<Range>& ranges) {
       break;
     }
   }
+  // Released before the index is written: save_index takes the index
+  // writer's lock, which invalidate() holds while it waits for this one.
+  files.unlock();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!error.empty()) stop_writing_locked(error);

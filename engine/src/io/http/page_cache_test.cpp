@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -318,6 +319,44 @@ TEST(HttpCache, ItsStateCanBeReadWhileAStoreCallWaits) {
   const std::optional<CacheIndex> index = load_cache_index(*store, url);
   ASSERT_TRUE(index);
   EXPECT_EQ(index->pages, (std::vector<bool>{true, false, false, false}));
+}
+
+TEST(HttpCache, StoringRowsWhileTheFileChangesOnTheServerEndsBoth) {
+  // A reader stores rows read by the row (store_ranges) while a prefetch
+  // thread finds the file changed on the server (invalidate). Before the fix
+  // store_ranges wrote the index still holding the files' shared lock, while
+  // invalidate holds the index writer's lock and waits for the files'
+  // exclusive one: each waited for the other, for good (the range-response
+  // fuzzer found it). Forced here: the rows' write waits at the gate, holding
+  // the files' lock, until invalidate has had time to take the writer's lock
+  // and wait; with the fix both end whatever the timing.
+  const std::string url = "http://host/m.gguf";
+  const uint64_t size = 4 * kPage;
+  // Left to leak if the threads deadlock, so that the test fails instead of hanging.
+  auto* store = new std::shared_ptr<GatedStore>(std::make_shared<GatedStore>(cache_pages_name(url)));
+  auto* cache = new PageCache(*store, url, RemoteFile{size, "\"v1\"", ""}, kPage);
+  const auto* row_text = new std::string(file_bytes(100, 300));
+  const std::string& row = *row_text;
+  (*store)->close_gate();
+  auto* rows = new std::future<void>(std::async(std::launch::async, [=] {
+    cache->store_ranges({PageCache::Range{100, reinterpret_cast<const uint8_t*>(row.data()), row.size()}});
+  }));
+  (*store)->wait_for_a_writer_at_the_gate();
+  auto* changed = new std::future<void>(std::async(std::launch::async, [=] { cache->invalidate(); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  (*store)->open_gate();
+  // The bound only tells a deadlock from a slow machine.
+  const bool ended = rows->wait_for(std::chrono::seconds(60)) == std::future_status::ready &&
+                     changed->wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  ASSERT_TRUE(ended) << "store_ranges and invalidate deadlocked";
+  delete rows;
+  delete changed;
+  EXPECT_FALSE(cache->writing());
+  EXPECT_FALSE(cache->holds(100, 300));  // the changed file's rows are not kept
+  EXPECT_FALSE(load_cache_index(**store, url));
+  delete cache;
+  delete store;
+  delete row_text;
 }
 
 }  // namespace
