@@ -44,7 +44,7 @@ bool has(const val& object, const char* key) {
 }
 
 [[noreturn]] void bad_option(const OptionSpec& spec, const std::string& must) {
-  throw Error(ErrorKind::kInvalidArgument, "option '" + std::string(spec.js_name) + "' " + must);
+  throw InvalidOption(std::string(spec.js_name), must);
 }
 
 double number(const val& v, const OptionSpec& spec) {
@@ -138,9 +138,19 @@ OpenOptions open_options(const val& object) {
   return options;
 }
 
-GenerateOptions generate_options(const val& object) {
+// Read, then held to the engine's ranges at once (before a job is queued),
+// its refusal naming the option as JavaScript does.
+GenerateOptions generate_options(const val& object, int n_vocab) {
   GenerateOptions options;
   SIPLLM_GENERATE_OPTIONS(SIPLLM_READ_OPTION)
+  try {
+    check_generate_options(options, n_vocab);
+  } catch (const InvalidOption& e) {
+    for (const OptionSpec& spec : kGenerateOptionSpecs) {
+      if (spec.engine_name() == e.option()) bad_option(spec, e.requirement());
+    }
+    throw;
+  }
   return options;
 }
 
@@ -182,11 +192,17 @@ val error_object(const std::string& kind, const std::string& message) {
   return error;
 }
 
-// Runs `fn` and wraps its value, or the error it threw, for JavaScript.
+// Runs `fn` and wraps its value, or the error it threw, for JavaScript. An
+// option's refusal names it ("option 'topP' must be ...") and carries its
+// name, so that a layer above can name it as its own callers do.
 val answer(const std::function<val()>& fn) {
   val out = val::object();
   try {
     out.set("value", fn());
+  } catch (const InvalidOption& e) {
+    val error = error_object(error_kind_name(e.kind()), "option '" + e.option() + "' " + e.requirement());
+    error.set("option", e.option());
+    out.set("error", error);
   } catch (const Error& e) {
     out.set("error", error_object(error_kind_name(e.kind()), e.what()));
   } catch (const std::exception& e) {
@@ -317,14 +333,14 @@ val open_bytes(Session& s, int bytes_id, double size, const std::string& name, c
 
 val generate(Session& s, const std::string& prompt, const val& options) {
   return answer([&] {
-    s.generate(prompt, generate_options(options));
+    s.generate(prompt, generate_options(options, s.info().n_vocab()));
     return val::undefined();
   });
 }
 
 val generate_tokens(Session& s, const val& tokens, const val& options) {
   return answer([&] {
-    s.generate_tokens(int_array(tokens), generate_options(options));
+    s.generate_tokens(int_array(tokens), generate_options(options, s.info().n_vocab()));
     return val::undefined();
   });
 }
@@ -437,6 +453,13 @@ val delete_cached_model_js(int store_id, const std::string& url) {
 
 val json_schema_to_grammar_js(const std::string& schema) {
   return answer([&] { return val(json_schema_to_grammar(schema)); });
+}
+
+val check_generate_options_js(const val& options, int n_vocab) {
+  return answer([&] {
+    generate_options(options, n_vocab);
+    return val::undefined();
+  });
 }
 
 val json_object_grammar_js() {

@@ -51,7 +51,11 @@ struct OptionSpec {
   OptionRange range;
   OptionAudience audience;
   std::span<const std::string_view> choices;  // kChoice only
+  std::string_view member;  // the C++ field it sets: "sampling.top_p"
   std::string_view doc;  // for the TypeScript declaration; lines split at '\n'
+
+  // The C++ options' name for it ("top_p"), as InvalidOption names it.
+  std::string_view engine_name() const { return member.substr(member.rfind('.') + 1); }
 };
 
 // Enum names as JavaScript spells them, in the enum's order.
@@ -65,7 +69,9 @@ inline constexpr std::span<const std::string_view> kNoChoices{};
 
 // X(jsName, type, range, audience, choices, member, doc): `member` is the
 // field of OpenOptions (wasm-bindings/session.h) the option sets; an option
-// left undefined (or null) keeps that field's default.
+// left undefined (or null) keeps that field's default. The ranges of the
+// generation options are the engine's (SIPLLM_GENERATE_RANGES, which the
+// generator adds to their documentation); `range` here is for the others.
 #define SIPLLM_OPEN_OPTIONS(X)                                                                                      \
   X(threads, kInteger, kNonNegative, kPublic, kNoChoices, engine.threads,                                          \
     "Compute threads (threaded build only). Default: the machine's cores.")                                        \
@@ -103,7 +109,8 @@ inline constexpr std::span<const std::string_view> kNoChoices{};
     "A 429 or 503 with Retry-After waits as asked up to this; a longer wait\n"                                     \
     "asked for fails at once, naming it. Default 30000.")                                                          \
   X(allowWholeFile, kBoolean, kAny, kPublic, kNoChoices, http.allow_whole_file,                                    \
-    "Accept a server that ignores Range by downloading the whole file; default false.")                            \
+    "Accept a server that ignores Range by downloading the whole file (a file\n"                                  \
+    "larger than memoryBudget is refused); default false.")                            \
   X(cachePageBytes, kByteCount, kAny, kPublic, kNoChoices, http.page_bytes,                                        \
     "Cache page size for new entries; default 1 MiB.")                                                             \
   X(readChunkBytes, kByteCount, kAny, kWorker, kNoChoices, engine.loader.read_chunk_bytes,                         \
@@ -114,13 +121,13 @@ inline constexpr std::span<const std::string_view> kNoChoices{};
 // As SIPLLM_OPEN_OPTIONS, for GenerateOptions (sipllm/engine.h).
 #define SIPLLM_GENERATE_OPTIONS(X)                                                                                  \
   X(maxTokens, kInteger, kAny, kPublic, kNoChoices, max_tokens, "Default 256.")                                    \
-  X(temperature, kNumber, kAny, kPublic, kNoChoices, sampling.temperature, "<= 0: greedy; default 0.8.")           \
-  X(topK, kInteger, kAny, kPublic, kNoChoices, sampling.top_k, "<= 0: all; default 40.")                           \
-  X(topP, kNumber, kAny, kPublic, kNoChoices, sampling.top_p, ">= 1: off; default 0.95.")                          \
-  X(minP, kNumber, kAny, kPublic, kNoChoices, sampling.min_p, "<= 0: off; default 0.05.")                          \
-  X(typicalP, kNumber, kAny, kPublic, kNoChoices, sampling.typical_p, "Locally typical sampling; >= 1: off (default).") \
+  X(temperature, kNumber, kAny, kPublic, kNoChoices, sampling.temperature, "0: greedy; default 0.8.")           \
+  X(topK, kInteger, kAny, kPublic, kNoChoices, sampling.top_k, "0: all; default 40.")                           \
+  X(topP, kNumber, kAny, kPublic, kNoChoices, sampling.top_p, "1: off; default 0.95.")                          \
+  X(minP, kNumber, kAny, kPublic, kNoChoices, sampling.min_p, "0: off; default 0.05.")                          \
+  X(typicalP, kNumber, kAny, kPublic, kNoChoices, sampling.typical_p, "Locally typical sampling; 1: off (default).") \
   X(repeatPenalty, kNumber, kAny, kPublic, kNoChoices, sampling.repeat_penalty, "Default 1 (off).")                \
-  X(repeatLastN, kInteger, kAny, kPublic, kNoChoices, sampling.repeat_last_n, "Default 64.")                       \
+  X(repeatLastN, kInteger, kAny, kPublic, kNoChoices, sampling.repeat_last_n, "-1: all; default 64.")                       \
   X(presencePenalty, kNumber, kAny, kPublic, kNoChoices, sampling.presence_penalty,                                \
     "Subtracted from the logit of each token of the last repeatLastN: once\n"                                      \
     "(presence), once per occurrence (frequency), as OpenAI defines them. Default 0.")                             \
@@ -129,7 +136,8 @@ inline constexpr std::span<const std::string_view> kNoChoices{};
   X(seed, kSafeWhole, kAny, kPublic, kNoChoices, sampling.seed, "Default: random.")                                \
   X(stop, kTextList, kAny, kPublic, kNoChoices, stop, "Generation ends before any of these.")                      \
   X(logitBias, kTokenBiases, kAny, kPublic, kNoChoices, sampling.logit_bias,                                       \
-    "Added to a token's logit, as [token, bias] pairs; -Infinity bans a token.")                                   \
+    "Added to a token's logit, as [token, bias] pairs: a finite number, or\n"                                     \
+    "-Infinity, which bans the token.")                                   \
   X(addSpecial, kBoolean, kAny, kPublic, kNoChoices, add_special,                                                  \
     "BOS/EOS as the model asks; default true (false for chat).")                                                   \
   X(parseSpecial, kBoolean, kAny, kPublic, kNoChoices, parse_special,                                              \
@@ -149,7 +157,7 @@ inline constexpr std::span<const std::string_view> kNoChoices{};
 
 // One entry of a list as an OptionSpec (the member aside).
 #define SIPLLM_OPTION_SPEC(js_name, type, range, audience, choices, member, doc) \
-  OptionSpec{#js_name, OptionType::type, OptionRange::range, OptionAudience::audience, choices, doc}
+  OptionSpec{#js_name, OptionType::type, OptionRange::range, OptionAudience::audience, choices, #member, doc}
 #define SIPLLM_OPTION_SPEC_ITEM(...) SIPLLM_OPTION_SPEC(__VA_ARGS__),
 
 inline constexpr OptionSpec kOpenOptionSpecs[] = {SIPLLM_OPEN_OPTIONS(SIPLLM_OPTION_SPEC_ITEM)};

@@ -44,4 +44,6 @@
   X(jsonObjectGrammar, json_object_grammar_js, "(): Answer<string>", "")                                      \
   X(toolCallGrammar, tool_call_grammar_js,                                                                    \
     "(callSchema: string, open: string, close: string, parallel: boolean): Answer<string>", "")              \
-  X(runQueuedCalls, run_queued_calls, "(): void", "Runs what the engine's threads queued for this thread.")
+  X(runQueuedCalls, run_queued_calls, "(): void", "Runs what the engine's threads queued for this thread.")   \
+  X(checkGenerateOptions, check_generate_options_js, "(options: EngineGenerateOptions, nVocab: number): Answer<undefined>", \
+    "Holds the options to the engine's ranges as generate does first, for a model of nVocab tokens.")

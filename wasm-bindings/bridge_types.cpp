@@ -76,10 +76,23 @@ void write_doc(std::ostream& out, std::string_view doc, std::string_view indent)
   out << indent << " */\n";
 }
 
+// An option's documentation, with its range when the engine declares one
+// (SIPLLM_GENERATE_RANGES): "Must be above 0 and at most 1."
+std::string documentation(const OptionSpec& spec) {
+  std::string doc(spec.doc);
+  for (const sipllm::OptionRange& range : kGenerateOptionRanges) {
+    if (range.member != spec.member) continue;
+    std::string requirement = range.requirement();
+    requirement[0] = 'M';
+    doc += "\n" + requirement + ".";
+  }
+  return doc;
+}
+
 void write_fields(std::ostream& out, const OptionTable& table, OptionAudience audience) {
   for (const OptionSpec& spec : table.specs) {
     if (spec.audience != audience) continue;
-    write_doc(out, spec.doc, "  ");
+    write_doc(out, documentation(spec), "  ");
     out << "  " << spec.js_name << "?: " << typescript_type(spec) << ";\n";
   }
 }
@@ -155,7 +168,7 @@ void write_table(std::ostream& out, const ResultTable& table) {
 void write_surface(std::ostream& out) {
   out << "\n";
   write_doc(out, "What a call answered at once returns: its value, or the error it threw.", "");
-  out << "export interface Answer<T> {\n  value?: T;\n  error?: { kind: string; message: string };\n}\n\n";
+  out << "export interface Answer<T> {\n  value?: T;\n  error?: { kind: string; message: string; option?: string };\n}\n\n";
   write_doc(out, "A Session of the engine's module (new Module.Session(id)), as bindings.cpp registers it.", "");
   out << "export interface EngineSession {\n";
 #define SIPLLM_WRITE_METHOD(js_name, fn, ts, doc)        \
@@ -179,6 +192,15 @@ void write_architectures(std::ostream& out) {
   const std::vector<std::string> names = supported_architectures();
   for (size_t i = 0; i < names.size(); ++i) out << (i == 0 ? "'" : ", '") << names[i] << "'";
   out << "] as const;\nexport type Architecture = (typeof ARCHITECTURES)[number];\n";
+}
+
+// How the engine reads a GGUF header over HTTP (sipllm/http_source.h), which
+// the page's early fetch repeats.
+void write_header_reads(std::ostream& out) {
+  out << "\n";
+  write_doc(out, "The engine's first range request of a file, and the most it reads for the header (http_source.h).", "");
+  out << "export const HTTP_FIRST_RANGE_BYTES = " << kHttpFirstRangeBytes << ";\n";
+  out << "export const HTTP_MAX_HEAD_BYTES = " << kHttpMaxHeadBytes << ";\n";
 }
 
 // ModelHyperparameters, from SIPLLM_HYPERPARAMETERS (sipllm/engine.h).
@@ -257,8 +279,7 @@ void write_defaults(std::ostream& out, std::string_view name, std::string_view w
 }
 
 #define SIPLLM_DEFAULT_OF(js_name, type, range, audience, choices, member, doc) \
-  default_text(OptionSpec{#js_name, OptionType::type, OptionRange::range, OptionAudience::audience, choices, doc}, \
-               defaults.member),
+  default_text(SIPLLM_OPTION_SPEC(js_name, type, range, audience, choices, member, doc), defaults.member),
 
 void write_all_defaults(std::ostream& out) {
   {
@@ -325,6 +346,7 @@ std::string generate() {
   for (const OptionTable& table : tables) write_table(out, table);
   write_all_defaults(out);
   write_architectures(out);
+  write_header_reads(out);
   write_hyperparameters(out);
   write_surface(out);
   for (const ResultTable& table : results) write_table(out, table);

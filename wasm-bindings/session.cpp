@@ -347,6 +347,7 @@ void Session::open_url(const std::string& url, const OpenOptions& options) {
   transport_ = transport;
   start_job(SessionProbe::kOpen, [this, url, options, transport](JobResult&) {
     HttpSourceOptions http = options.http;
+    http.whole_file_budget = options.engine.loader.memory_budget;
 #if !SIPLLM_WASM_THREADS
     http.parallel_requests = 1;
 #endif

@@ -1,7 +1,7 @@
 // The settings form: what applies when a model loads (threads, memory budget,
-// cache) and what applies to each request (sampling, max tokens). Every value
-// is checked here, so that a mistyped field is named instead of reaching the
-// engine.
+// cache) and what applies to each request (sampling, max tokens). A field
+// that is not a number is named here; the sampling values' ranges are the
+// engine's, whose refusal names the option.
 
 import type { GenerateOptions } from 'sipllm';
 
@@ -34,14 +34,15 @@ function numberField(id: string, min: number, max: number,
                      { integer = false, optional = false }: { integer?: boolean; optional?: boolean } = {}): number | undefined {
   const field = input(id);
   const text = field.value.trim();
+  const kind = integer ? 'a whole number' : 'a number';
+  const range = min === -Infinity ? '' : ` from ${min} to ${max}`;
   if (text === '') {
     if (optional) return undefined;
-    throw new SettingsError(`${label(field)} is empty: give a number from ${min} to ${max}`);
+    throw new SettingsError(`${label(field)} is empty: give ${kind}${range}`);
   }
   const value = Number(text);
   if (!Number.isFinite(value) || value < min || value > max || (integer && !Number.isInteger(value))) {
-    throw new SettingsError(`${label(field)} must be ${integer ? 'a whole number' : 'a number'} from ${min} to ${max}, ` +
-                            `not '${text}'`);
+    throw new SettingsError(`${label(field)} must be ${kind}${range}, not '${text}'`);
   }
   return value;
 }
@@ -57,14 +58,15 @@ export function readLoadSettings(): LoadSettings {
 }
 
 export function readSamplingSettings(): SamplingSettings {
+  const any = [-Infinity, Infinity] as const;
   return {
-    temperature: numberField('temperature', 0, 10),
-    topK: numberField('top-k', 0, 100_000, { integer: true }),
-    topP: numberField('top-p', 0, 1),
-    minP: numberField('min-p', 0, 1),
-    repeatPenalty: numberField('repeat-penalty', 0.1, 10),
-    seed: numberField('seed', 0, 2 ** 32 - 1, { integer: true, optional: true }),
-    maxTokens: numberField('max-tokens', 1, 100_000, { integer: true }),
+    temperature: numberField('temperature', ...any),
+    topK: numberField('top-k', ...any, { integer: true }),
+    topP: numberField('top-p', ...any),
+    minP: numberField('min-p', ...any),
+    repeatPenalty: numberField('repeat-penalty', ...any),
+    seed: numberField('seed', ...any, { integer: true, optional: true }),
+    maxTokens: numberField('max-tokens', ...any, { integer: true }),
   };
 }
 

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <limits>
 
+#include "sipllm/error.h"
 #include "sipllm/grammar.h"
 #include "sipllm/http_source.h"
 
@@ -80,7 +81,7 @@ const char* const kUsage =
     "  --no-cache          stream without keeping anything\n"
     "  --parallel-requests N  range requests in flight for one read (default 4)\n"
     "  --allow-whole-file  accept a server that ignores Range: download the whole file\n"
-    "                      into memory (otherwise that is an error)\n"
+    "                      into memory, within --budget (otherwise that is an error)\n"
     "  --max-retries N     attempts after the first, per request (default 4)\n"
     "  --backoff-ms MS     first retry delay, doubling (default 100)\n"
     "  --max-retry-after-ms MS  longest Retry-After waited for (default 30000)\n"
@@ -181,6 +182,42 @@ std::string grammar_from_flag(const std::string& flag, const std::string& value)
   }
 }
 
+// The flags of the engine's generation options. Their values are only read
+// here: the engine's check_generate_options holds them to its ranges.
+struct GenerateOptionFlag {
+  const char* flag;
+  const char* option;  // as sipllm/options.h names it
+};
+constexpr GenerateOptionFlag kGenerateOptionFlags[] = {
+    {"--n-predict", "max_tokens"}, {"--temp", "temperature"}, {"--top-k", "top_k"},
+    {"--top-p", "top_p"}, {"--min-p", "min_p"}, {"--typical-p", "typical_p"},
+    {"--repeat-penalty", "repeat_penalty"}, {"--presence-penalty", "presence_penalty"},
+    {"--frequency-penalty", "frequency_penalty"}, {"--repeat-last-n", "repeat_last_n"},
+};
+
+int parse_int_option(const std::string& flag, const std::string& text) {
+  return static_cast<int>(parse_int(flag, text, std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+}
+
+float parse_number_option(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0') throw UsageError(flag + ": '" + text + "' is not a number");
+  return static_cast<float>(v);
+}
+
+// The engine's refusal, under the flag that gave the value.
+void check_generate_flags(const GenerateOptions& options) {
+  try {
+    check_generate_options(options);
+  } catch (const InvalidOption& e) {
+    for (const GenerateOptionFlag& f : kGenerateOptionFlags) {
+      if (e.option() == f.option) throw UsageError(std::string(f.flag) + ": " + e.requirement());
+    }
+    throw UsageError(e.what());
+  }
+}
+
 }  // namespace
 
 ParsedArgs parse_args(const std::string& command, const std::vector<std::string>& args) {
@@ -213,34 +250,34 @@ ParsedArgs parse_args(const std::string& command, const std::vector<std::string>
     } else if (flag == "--no-normalize") {
       p.embed.embed.normalize = false;
     } else if (flag == "-n" || flag == "--n-predict") {
-      p.run.generate.max_tokens = static_cast<int>(parse_int(flag, r.value(flag), 0, 1 << 24));
+      p.run.generate.max_tokens = parse_int_option(flag, r.value(flag));
     } else if (flag == "--temp") {
       sampling_given = true;
-      s.temperature = static_cast<float>(parse_double(flag, r.value(flag), 0, 100));
+      s.temperature = parse_number_option(flag, r.value(flag));
     } else if (flag == "--top-k") {
       sampling_given = true;
-      s.top_k = static_cast<int>(parse_int(flag, r.value(flag), 0, 1 << 30));
+      s.top_k = parse_int_option(flag, r.value(flag));
     } else if (flag == "--top-p") {
       sampling_given = true;
-      s.top_p = static_cast<float>(parse_double(flag, r.value(flag), 1e-6, 1));
+      s.top_p = parse_number_option(flag, r.value(flag));
     } else if (flag == "--min-p") {
       sampling_given = true;
-      s.min_p = static_cast<float>(parse_double(flag, r.value(flag), 0, 1));
+      s.min_p = parse_number_option(flag, r.value(flag));
     } else if (flag == "--typical-p") {
       sampling_given = true;
-      s.typical_p = static_cast<float>(parse_double(flag, r.value(flag), 1e-6, 1));
+      s.typical_p = parse_number_option(flag, r.value(flag));
     } else if (flag == "--repeat-penalty") {
       sampling_given = true;
-      s.repeat_penalty = static_cast<float>(parse_double(flag, r.value(flag), 1e-3, 100));
+      s.repeat_penalty = parse_number_option(flag, r.value(flag));
     } else if (flag == "--presence-penalty") {
       sampling_given = true;
-      s.presence_penalty = static_cast<float>(parse_double(flag, r.value(flag), -2, 2));
+      s.presence_penalty = parse_number_option(flag, r.value(flag));
     } else if (flag == "--frequency-penalty") {
       sampling_given = true;
-      s.frequency_penalty = static_cast<float>(parse_double(flag, r.value(flag), -2, 2));
+      s.frequency_penalty = parse_number_option(flag, r.value(flag));
     } else if (flag == "--repeat-last-n") {
       sampling_given = true;
-      s.repeat_last_n = static_cast<int>(parse_int(flag, r.value(flag), -1, 1 << 30));
+      s.repeat_last_n = parse_int_option(flag, r.value(flag));
     } else if (flag == "--seed") {
       sampling_given = true;
       s.seed = static_cast<uint64_t>(parse_int(flag, r.value(flag), 0, std::numeric_limits<long long>::max()));
@@ -344,6 +381,7 @@ ParsedArgs parse_args(const std::string& command, const std::vector<std::string>
   if (!grammar_flag.empty() && command != "run" && command != "bench") {
     throw UsageError(grammar_flag + " is for run and bench");
   }
+  check_generate_flags(p.run.generate);
   p.bench.grammar = p.run.generate.grammar;
   if (sampling_given) p.bench.sampling = s;
   if (command == "tokenize" && !have_prompt) throw UsageError("tokenize needs text: -p TEXT or -f FILE");
@@ -395,6 +433,7 @@ class FileOpener {
     HttpSourceOptions http;
     http.parallel_requests = options_.http.parallel_requests;
     http.allow_whole_file = options_.http.allow_whole_file;
+    http.whole_file_budget = options_.engine.loader.memory_budget;
     http.max_retries = options_.http.max_retries;
     http.backoff_ms = options_.http.backoff_ms;
     http.max_retry_after_ms = options_.http.max_retry_after_ms;

@@ -70,9 +70,17 @@ export class IoError extends SipLLMError {
 }
 
 export class InvalidArgumentError extends SipLLMError {
-  constructor(message: string) {
+  /**
+   * The option refused, as the package names it ('topP'), when the error is
+   * an option outside the values it takes; the message then begins
+   * "option 'topP' ".
+   */
+  readonly option?: string;
+
+  constructor(message: string, option?: string) {
     super('invalid-argument', message);
     this.name = 'InvalidArgumentError';
+    if (option !== undefined) this.option = option;
   }
 }
 
@@ -96,7 +104,7 @@ export class EngineStalledError extends SipLLMError {
 }
 
 // The typed error for a kind name as the engine reports it.
-export function errorFromKind(kind: string, message: string): SipLLMError {
+export function errorFromKind(kind: string, message: string, option?: string): SipLLMError {
   switch (kind) {
     case 'network': return new NetworkError(message);
     case 'format': return new FormatError(message);
@@ -104,7 +112,7 @@ export function errorFromKind(kind: string, message: string): SipLLMError {
     case 'aborted': return new AbortError(message);
     case 'out-of-budget': return new OutOfBudgetError(message);
     case 'io': return new IoError(message);
-    case 'invalid-argument': return new InvalidArgumentError(message);
+    case 'invalid-argument': return new InvalidArgumentError(message, option);
     case 'context-full': return new ContextFullError(message);
     default: return new SipLLMError('internal', message);
   }

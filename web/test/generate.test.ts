@@ -203,14 +203,15 @@ describe('the package', () => {
       for (const bad of [0, -1]) {
         const error = await collect(llm.generate(PROMPT, { maxTokens: 4, typicalP: bad })).catch((e: unknown) => e);
         expect(error).toBeInstanceOf(InvalidArgumentError);
-        expect((error as Error).message).toContain('typical_p must be > 0');
+        expect((error as InvalidArgumentError).message).toBe(`option 'typicalP' must be above 0 and at most 1, not ${bad}`);
+        expect((error as InvalidArgumentError).option).toBe('typicalP');
       }
       // The OpenAI layer passes it on, and its range is the engine's to check.
       const completion = await llm.completions.create({ prompt: PROMPT, max_tokens: 60, temperature: 1, top_k: 0,
                                                         top_p: 1, min_p: 0, seed: 7, typical_p: 0.5 });
       expect(completion.choices[0].text).toBe(typical);
       await expect(llm.completions.create({ prompt: PROMPT, max_tokens: 4, typical_p: 0 }))
-        .rejects.toThrow(/typical_p must be > 0/);
+        .rejects.toThrow("field 'typical_p' must be above 0 and at most 1, not 0");
     } finally {
       await llm.unload();
     }

@@ -466,15 +466,18 @@ describe('bad requests', () => {
   const cases: Array<[string, Record<string, unknown>, string]> = [
     ['an unknown field', { ...chat, temprature: 0.5 }, "field 'temprature' is not a known field"],
     ['a temperature out of range', { ...chat, temperature: 3 }, "field 'temperature' must be from 0 to 2"],
-    ['a top_p of 0', { ...chat, top_p: 0 }, "field 'top_p' must be above 0"],
+    ['a top_p of 0', { ...chat, top_p: 0 }, "field 'top_p' must be above 0 and at most 1, not 0"],
+    ['a negative max_completion_tokens', { ...chat, max_completion_tokens: -1 }, "field 'max_completion_tokens' must be 0 or more, not -1"],
+    ['a negative seed', { ...chat, seed: -1 }, "field 'seed' must be a whole number from 0 to 2^53 - 1"],
     ['a fractional max_tokens', { ...chat, max_tokens: 2.5 }, "field 'max_tokens' must be an integer"],
     ['several choices', { ...chat, n: 2 }, "field 'n' does not apply"],
     ['log-probabilities', { ...chat, logprobs: true }, "field 'logprobs' does not apply"],
     ['a bad role', { ...chat, messages: [{ role: 'robot', content: 'x' }] }, "field 'messages[0].role'"],
     ['an image part', { ...chat, messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] },
      "field 'messages[0].content[0]'"],
-    ['a bias out of range', { ...chat, logit_bias: { 5: 101 } }, "field 'logit_bias.5'"],
-    ['a bias for no token', { ...chat, logit_bias: { 999999: 1 } }, "field 'logit_bias.999999' is not a token id of this model"],
+    ['a bias that is not a number', { ...chat, logit_bias: { 5: '1' } }, "field 'logit_bias.5' must be a number"],
+    ['a bias for no token', { ...chat, logit_bias: { 999999: 1 } },
+     "field 'logit_bias' names token 999999, which is not a token id of this model"],
     ['an unknown response format', { ...chat, response_format: { type: 'xml' } }, "field 'response_format.type'"],
     ['a tool choice without tools', { ...chat, tool_choice: 'required' }, "field 'tool_choice'"],
     ['a named tool that is not there', { ...chat, tools: [WEATHER_TOOL], tool_choice: { type: 'function', function: { name: 'nope' } } },
@@ -489,6 +492,14 @@ describe('bad requests', () => {
     const attempt = llm.chat.completions.create(request as unknown as ChatCompletionCreateParams);
     await expect(attempt).rejects.toBeInstanceOf(InvalidArgumentError);
     await expect(attempt).rejects.toThrow(message);
+  });
+
+  it('refuses a streamed request out of range before its stream begins', async () => {
+    const llm = await model('qwen3');
+    const stream = llm.chat.completions.create({ ...chat, stream: true, temperature: 3 });
+    await expect(stream).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(stream).rejects.toThrow("field 'temperature' must be from 0 to 2, not 3");
+    await expect(llm.completions.create({ prompt: 'x', stream: true, top_k: -1 })).rejects.toThrow("field 'top_k' must be 0 or more, not -1");
   });
 
   it('refuses what completions and embeddings cannot do, naming the field', async () => {

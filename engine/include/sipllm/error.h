@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace sipllm {
 
@@ -29,6 +30,23 @@ class Error : public std::runtime_error {
 
  private:
   ErrorKind kind_;
+};
+
+// An option outside the values it takes (kInvalidArgument). option() names
+// it as the C++ options do ("top_p"), requirement() says the rest ("must be
+// above 0 and at most 1, not 0"), so that a client can name the option as
+// its own callers spell it ("topP", "--top-p") around the same words.
+class InvalidOption : public Error {
+ public:
+  InvalidOption(std::string option, std::string requirement)
+      : Error(ErrorKind::kInvalidArgument, option + " " + requirement),
+        option_(std::move(option)), requirement_(std::move(requirement)) {}
+  const std::string& option() const { return option_; }
+  const std::string& requirement() const { return requirement_; }
+
+ private:
+  std::string option_;
+  std::string requirement_;
 };
 
 }  // namespace sipllm

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -19,6 +20,14 @@
 #include "sipllm/weight_source.h"
 
 namespace sipllm {
+
+// How the header of a GGUF file is read: the first request asks for this
+// much (a header of up to 1 MiB, vocabularies of up to ~50k tokens, arrives
+// with the size and validators in one request); while the header goes on
+// past what has come, what is asked for doubles, up to this. The package's
+// early fetch reads the header as the engine would (bridge.generated.ts).
+constexpr uint64_t kHttpFirstRangeBytes = 1u << 20;
+constexpr uint64_t kHttpMaxHeadBytes = 64u << 20;
 
 // What kind of failure a transfer's `error` is, where the transport can tell
 // more than its message says: the source retries a stall, not a redirect loop.
@@ -111,6 +120,11 @@ struct HttpSourceOptions {
   // A server that ignores Range and answers 200 with the whole file: false
   // makes that an error; true keeps the whole file in memory and serves from it.
   bool allow_whole_file = false;
+  // The most that whole file may take: a larger one is refused
+  // (kOutOfBudget) before any of it is allocated. Clients pass the engine's
+  // memory budget (LoaderOptions::memory_budget), so that a server stating a
+  // size the machine cannot hold fails with an error, not an allocation.
+  uint64_t whole_file_budget = std::numeric_limits<uint64_t>::max();
   // Called as bytes arrive: cumulative bytes from the network and from the
   // cache, out of the file's total. Called from whichever thread made the
   // read, one call at a time. Bytes fetched again (a model streamed on every

@@ -8,7 +8,9 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sipllm {
@@ -116,6 +118,46 @@ struct GenerateOptions {
   // anything runs.
   std::string grammar;
 };
+
+// The values each numeric generation option takes, declared once: the engine
+// refuses a request with anything else (check_generate_options), with one
+// message its clients pass on under their own names for the option; the
+// package's documentation of each option is written from this list.
+// X(name, member of GenerateOptions, lowest, highest, lowest excluded).
+#define SIPLLM_GENERATE_RANGES(X)                                              \
+  X(max_tokens, max_tokens, 0, kNoHighest, false)                              \
+  X(temperature, sampling.temperature, 0, 2, false)   /* 0: greedy */          \
+  X(top_k, sampling.top_k, 0, kNoHighest, false)      /* 0: all tokens */      \
+  X(top_p, sampling.top_p, 0, 1, true)                /* 1: off */             \
+  X(min_p, sampling.min_p, 0, 1, false)               /* 0: off */             \
+  X(typical_p, sampling.typical_p, 0, 1, true)        /* 1: off */             \
+  X(repeat_penalty, sampling.repeat_penalty, 0, kNoHighest, true)              \
+  X(presence_penalty, sampling.presence_penalty, -2, 2, false)                 \
+  X(frequency_penalty, sampling.frequency_penalty, -2, 2, false)               \
+  X(repeat_last_n, sampling.repeat_last_n, -1, kNoHighest, false) /* -1: all */
+
+struct OptionRange {
+  std::string_view name;    // as GenerateOptions spells it: "top_p"
+  std::string_view member;  // its path in GenerateOptions: "sampling.top_p"
+  double lowest;
+  double highest;           // kNoHighest: none
+  bool lowest_excluded;
+  // "must be above 0 and at most 1": the words every refusal uses.
+  std::string requirement() const;
+};
+
+constexpr double kNoHighest = std::numeric_limits<double>::infinity();
+
+#define SIPLLM_OPTION_RANGE_ITEM(name, member, lowest, highest, excluded) \
+  OptionRange{#name, #member, lowest, highest, excluded},
+inline constexpr OptionRange kGenerateOptionRanges[] = {SIPLLM_GENERATE_RANGES(SIPLLM_OPTION_RANGE_ITEM)};
+#undef SIPLLM_OPTION_RANGE_ITEM
+
+// Throws InvalidOption (sipllm/error.h) naming the first option outside its
+// range, or a logit bias that is not a finite number or -infinity (which
+// bans the token), or (when n_vocab > 0) for a token the vocabulary lacks. The engine calls it on every request; a client may
+// call it first, to refuse before any work.
+void check_generate_options(const GenerateOptions& options, int n_vocab = 0);
 
 // How a text's per-position vectors become one embedding, as llama.cpp's
 // llama_pooling_type: their mean, the first position's (CLS), or the last

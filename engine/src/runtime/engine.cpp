@@ -105,7 +105,7 @@ class EngineImpl final : public Engine {
     if (prompt.empty()) {
       throw Error(ErrorKind::kInvalidArgument, "the prompt is empty (and the model adds no BOS token)");
     }
-    if (options.max_tokens < 0) throw Error(ErrorKind::kInvalidArgument, "max_tokens must be >= 0");
+    check_generate_options(options, model_.shape.n_vocab);
     for (int32_t t : prompt) check_token(t);
     const int64_t needed = static_cast<int64_t>(prompt.size()) + options.max_tokens;
     if (needed > cache_.context_length()) {

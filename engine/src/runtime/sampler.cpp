@@ -20,11 +20,6 @@ Sampler::Sampler(const SamplingOptions& options, int n_vocab)
     seed_ = (static_cast<uint64_t>(device()) << 32) ^ device();
   }
   state_ = seed_;
-  if (!(options.top_p > 0)) throw Error(ErrorKind::kInvalidArgument, "top_p must be > 0");
-  if (!(options.typical_p > 0)) throw Error(ErrorKind::kInvalidArgument, "typical_p must be > 0");
-  if (options.repeat_penalty <= 0) {
-    throw Error(ErrorKind::kInvalidArgument, "repeat_penalty must be > 0");
-  }
 }
 
 // splitmix64: tiny, well mixed, identical everywhere.

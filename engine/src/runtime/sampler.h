@@ -30,6 +30,8 @@ class TokenFilter {
 
 class Sampler {
  public:
+  // `options` within their ranges (check_generate_options, which the engine
+  // calls on every request).
   Sampler(const SamplingOptions& options, int n_vocab);
 
   // `recent` are the tokens of the context so far (the penalty looks at the

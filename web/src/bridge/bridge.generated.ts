@@ -53,7 +53,10 @@ export interface EngineLoadOptions {
    * asked for fails at once, naming it. Default 30000.
    */
   maxRetryAfterMs?: number;
-  /** Accept a server that ignores Range by downloading the whole file; default false. */
+  /**
+   * Accept a server that ignores Range by downloading the whole file (a file
+   * larger than memoryBudget is refused); default false.
+   */
   allowWholeFile?: boolean;
   /** Cache page size for new entries; default 1 MiB. */
   cachePageBytes?: number;
@@ -74,34 +77,65 @@ export const NON_NEGATIVE_LOAD_OPTION_KEYS = ['threads', 'memoryBudget', 'loadTh
  * read them (GenerateOptions takes the logit bias in friendlier forms).
  */
 export interface EngineGenerateOptions {
-  /** Default 256. */
+  /**
+   * Default 256.
+   * Must be 0 or more.
+   */
   maxTokens?: number;
-  /** <= 0: greedy; default 0.8. */
+  /**
+   * 0: greedy; default 0.8.
+   * Must be from 0 to 2.
+   */
   temperature?: number;
-  /** <= 0: all; default 40. */
+  /**
+   * 0: all; default 40.
+   * Must be 0 or more.
+   */
   topK?: number;
-  /** >= 1: off; default 0.95. */
+  /**
+   * 1: off; default 0.95.
+   * Must be above 0 and at most 1.
+   */
   topP?: number;
-  /** <= 0: off; default 0.05. */
+  /**
+   * 0: off; default 0.05.
+   * Must be from 0 to 1.
+   */
   minP?: number;
-  /** Locally typical sampling; >= 1: off (default). */
+  /**
+   * Locally typical sampling; 1: off (default).
+   * Must be above 0 and at most 1.
+   */
   typicalP?: number;
-  /** Default 1 (off). */
+  /**
+   * Default 1 (off).
+   * Must be above 0.
+   */
   repeatPenalty?: number;
-  /** Default 64. */
+  /**
+   * -1: all; default 64.
+   * Must be -1 or more.
+   */
   repeatLastN?: number;
   /**
    * Subtracted from the logit of each token of the last repeatLastN: once
    * (presence), once per occurrence (frequency), as OpenAI defines them. Default 0.
+   * Must be from -2 to 2.
    */
   presencePenalty?: number;
-  /** As presencePenalty, once per occurrence. Default 0. */
+  /**
+   * As presencePenalty, once per occurrence. Default 0.
+   * Must be from -2 to 2.
+   */
   frequencyPenalty?: number;
   /** Default: random. */
   seed?: number;
   /** Generation ends before any of these. */
   stop?: string[];
-  /** Added to a token's logit, as [token, bias] pairs; -Infinity bans a token. */
+  /**
+   * Added to a token's logit, as [token, bias] pairs: a finite number, or
+   * -Infinity, which bans the token.
+   */
   logitBias?: Array<[number, number]>;
   /** BOS/EOS as the model asks; default true (false for chat). */
   addSpecial?: boolean;
@@ -171,6 +205,10 @@ export const ENGINE_EMBED_DEFAULTS = {
 export const ARCHITECTURES = ['llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'gemma4', 'phi3', 'qwen35', 'lfm2', 'smollm3'] as const;
 export type Architecture = (typeof ARCHITECTURES)[number];
 
+/** The engine's first range request of a file, and the most it reads for the header (http_source.h). */
+export const HTTP_FIRST_RANGE_BYTES = 1048576;
+export const HTTP_MAX_HEAD_BYTES = 67108864;
+
 /**
  * The model's hyper-parameters (SIPLLM_HYPERPARAMETERS in sipllm/engine.h), names
  * in camelCase: the optional ones where the model has them.
@@ -227,7 +265,7 @@ export interface ModelHyperparameters {
 /** What a call answered at once returns: its value, or the error it threw. */
 export interface Answer<T> {
   value?: T;
-  error?: { kind: string; message: string };
+  error?: { kind: string; message: string; option?: string };
 }
 
 /** A Session of the engine's module (new Module.Session(id)), as bindings.cpp registers it. */
@@ -275,6 +313,8 @@ export interface EngineModuleFunctions {
   toolCallGrammar(callSchema: string, open: string, close: string, parallel: boolean): Answer<string>;
   /** Runs what the engine's threads queued for this thread. */
   runQueuedCalls(): void;
+  /** Holds the options to the engine's ranges as generate does first, for a model of nVocab tokens. */
+  checkGenerateOptions(options: EngineGenerateOptions, nVocab: number): Answer<undefined>;
 }
 
 /** The model's description (ModelInfo in sipllm/engine.h). */

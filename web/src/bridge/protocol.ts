@@ -59,6 +59,16 @@ export interface GenerateRequest {
   options: EngineGenerateOptions;
 }
 
+// The engine's check of generation options (sipllm/options.h,
+// check_generate_options), running nothing: for the OpenAI layer, which
+// refuses a streamed request before its stream begins.
+export interface CheckOptionsRequest {
+  type: 'checkOptions';
+  id: number;
+  options: EngineGenerateOptions;
+  nVocab: number;
+}
+
 export interface EmbedRequest {
   type: 'embed';
   id: number;
@@ -89,6 +99,7 @@ export type Request =
   | GenerateRequest
   | EmbedRequest
   | GrammarRequest
+  | CheckOptionsRequest
   | { type: 'cancel'; id: number; target: number }
   | (EarlyFile & { id: number })
   | (EarlyBlocks & { id: number })
@@ -129,6 +140,7 @@ export interface Replies {
   generate: GenerateResult;
   embed: EmbedResult;
   grammar: string;
+  checkOptions: null;
   tokenize: number[];
   detokenize: string;
   reset: Stats;
@@ -143,7 +155,7 @@ export type RequestOf<K extends Request['type']> = Extract<Request, { type: K }>
 
 export type Reply =
   | { type: 'result'; id: number; value: Replies[Answered] }
-  | { type: 'error'; id: number; kind: string; message: string }
+  | { type: 'error'; id: number; kind: string; message: string; option?: string }
   | { type: 'progress'; id: number; progress: LoadProgress }
   | { type: 'tokens'; id: number; pieces: string[] }
   // The engine is making progress (about every 250 ms while it works).

@@ -1,8 +1,10 @@
 // llm.chat.completions, llm.completions and llm.embeddings: OpenAI's call
 // shapes over the engine's own generate() and embed(). Requests are checked
-// field by field (an unknown field, or one that does not apply to a local
-// model, is an InvalidArgumentError naming it); structured output and forced
-// tool calls become a grammar the engine compiles and enforces.
+// field by field (an unknown field, one of the wrong type, or one that does
+// not apply to a local model, is an InvalidArgumentError naming it); the
+// values' ranges are the engine's to check (sipllm/options.h), and its
+// refusal is passed on under the request's field name. Structured output and
+// forced tool calls become a grammar the engine compiles and enforces.
 
 import { renderChatTemplate } from '../chat.js';
 import { InvalidArgumentError, UnsupportedError } from '../errors.js';
@@ -46,6 +48,7 @@ export interface CompletionEngine {
   jsonSchemaToGrammar(schema: unknown): Promise<string>;
   jsonObjectGrammar(): Promise<string>;
   toolCallGrammar(schema: unknown, calls: ToolCallTags): Promise<string>;
+  checkGenerateOptions(options: GenerateOptions): Promise<void>;
   embed(texts: string[], options: EmbedOptions): Promise<EmbedResult>;
 }
 
@@ -61,11 +64,10 @@ function isRecord(value: unknown): value is Record<string, unknown> {
   return value !== null && typeof value === 'object' && !Array.isArray(value);
 }
 
-const numberIn = (min: number, max: number, integer = false): Check => (value, field) => {
+const isNumber = (integer = false): Check => (value, field) => {
   if (typeof value !== 'number' || Number.isNaN(value) || (integer && !Number.isInteger(value))) {
     fail(field, `must be ${integer ? 'an integer' : 'a number'}`);
   }
-  if (value < min || value > max) fail(field, `must be from ${min} to ${max}, not ${value}`);
 };
 
 const oneOf = (...allowed: string[]): Check => (value, field) => {
@@ -99,13 +101,14 @@ const stopStrings: Check = (value, field) => {
   });
 };
 
-const LOGIT_BIAS_LIMIT = 100;
+// OpenAI: "-100 should result in a ban".
+const BANNING_BIAS = -100;
 
 const logitBias: Check = (value, field) => {
   if (!isRecord(value)) fail(field, 'must be an object mapping token ids to biases');
   for (const [token, bias] of Object.entries(value)) {
     if (!/^\d+$/.test(token)) fail(`${field}.${token}`, 'is not a token id');
-    numberIn(-LOGIT_BIAS_LIMIT, LOGIT_BIAS_LIMIT)(bias, `${field}.${token}`);
+    isNumber()(bias, `${field}.${token}`);
   }
 };
 
@@ -136,20 +139,16 @@ interface NotApplicable {
 
 const SAMPLING_FIELDS: Record<string, Check> = {
   model: isString,
-  max_tokens: numberIn(1, 2 ** 31 - 1, true),
-  temperature: numberIn(0, 2),
-  top_p: (value, field) => {
-    numberIn(0, 1)(value, field);
-    if (value === 0) fail(field, 'must be above 0');
-  },
-  top_k: numberIn(0, 2 ** 31 - 1, true),
-  min_p: numberIn(0, 1),
-  // Its range is the engine's to check (InvalidArgumentError "typical_p must be > 0").
-  typical_p: numberIn(-Infinity, Infinity),
-  seed: numberIn(0, Number.MAX_SAFE_INTEGER, true),
+  max_tokens: isNumber(true),
+  temperature: isNumber(),
+  top_p: isNumber(),
+  top_k: isNumber(true),
+  min_p: isNumber(),
+  typical_p: isNumber(),
+  seed: isNumber(true),
   stop: stopStrings,
-  presence_penalty: numberIn(-2, 2),
-  frequency_penalty: numberIn(-2, 2),
+  presence_penalty: isNumber(),
+  frequency_penalty: isNumber(),
   logit_bias: logitBias,
   response_format: responseFormat,
   user: isString,
@@ -168,7 +167,7 @@ const SAMPLING_NOT_APPLICABLE: Record<string, NotApplicable> = {
 const CHAT_FIELDS: Record<string, Check> = {
   ...SAMPLING_FIELDS,
   messages: () => {},  // checked with the messages
-  max_completion_tokens: numberIn(1, 2 ** 31 - 1, true),
+  max_completion_tokens: isNumber(true),
   tools: () => {},  // checked with the tools
   tool_choice: () => {},
   parallel_tool_calls: isBoolean,
@@ -304,8 +303,18 @@ async function grammarFor(engine: CompletionEngine, format: ResponseFormat | und
   return engine.jsonSchemaToGrammar(format.json_schema.schema ?? true);
 }
 
-function generateOptions(engine: CompletionEngine, params: SamplingParams & { max_completion_tokens?: number | null },
-                         grammar: string | undefined): GenerateOptions {
+// The request's field that gave each of the engine's options.
+type MaxTokensParams = SamplingParams & { max_completion_tokens?: number | null };
+function fieldOf(option: string, params: MaxTokensParams): string {
+  if (option === 'maxTokens') return params.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens';
+  if (option === 'grammar') return 'response_format';
+  return option.replace(/[A-Z]/g, (letter) => `_${letter.toLowerCase()}`);
+}
+
+// The engine's options for a request, held to the engine's ranges before
+// anything runs (a streamed request is refused before its stream begins).
+async function generateOptions(engine: CompletionEngine, params: MaxTokensParams,
+                               grammar: string | undefined): Promise<GenerateOptions> {
   const options: GenerateOptions = { signal: params.signal, grammar };
   const maxTokens = params.max_completion_tokens ?? params.max_tokens;
   if (maxTokens != null) options.maxTokens = maxTokens;
@@ -319,15 +328,18 @@ function generateOptions(engine: CompletionEngine, params: SamplingParams & { ma
   if (params.presence_penalty != null) options.presencePenalty = params.presence_penalty;
   if (params.frequency_penalty != null) options.frequencyPenalty = params.frequency_penalty;
   if (params.logit_bias != null) {
-    const vocabulary = engine.info.hyperparameters.nVocab;
     const bias = new Map<number, number>();
-    for (const [token, value] of Object.entries(params.logit_bias)) {
-      const id = Number(token);
-      if (id >= vocabulary) fail(`logit_bias.${token}`, `is not a token id of this model (its vocabulary has ${vocabulary})`);
-      // OpenAI: -100 should ban the token.
-      bias.set(id, value <= -LOGIT_BIAS_LIMIT ? -Infinity : value);
-    }
+    for (const [token, value] of Object.entries(params.logit_bias)) bias.set(Number(token), value <= BANNING_BIAS ? -Infinity : value);
     options.logitBias = bias;
+  }
+  try {
+    await engine.checkGenerateOptions(options);
+  } catch (error) {
+    if (error instanceof InvalidArgumentError && error.option !== undefined) {
+      const field = fieldOf(error.option, params);
+      throw new InvalidArgumentError(error.message.replace(`option '${error.option}'`, `field '${field}'`), field);
+    }
+    throw error;
   }
   return options;
 }
@@ -491,7 +503,7 @@ export class ChatCompletions {
     return {
       prompt,
       // The template writes the special tokens itself.
-      options: { ...generateOptions(this.engine, params, grammar), addSpecial: false },
+      options: { ...await generateOptions(this.engine, params, grammar), addSpecial: false },
       model: modelName(this.engine, params.model),
       tools: useTools ? { list: tools, style } : null,
     };
@@ -551,11 +563,14 @@ export class Completions {
     const vocabulary = this.engine.info.hyperparameters.nVocab;
     if (Array.isArray(prompt)) {
       if (prompt.length === 0) fail('prompt', 'must not be empty');
-      prompt.forEach((token, i) => numberIn(0, vocabulary - 1, true)(token, `prompt[${i}]`));
+      prompt.forEach((token, i) => {
+        isNumber(true)(token, `prompt[${i}]`);
+        if (token < 0 || token >= vocabulary) fail(`prompt[${i}]`, `must be a token id of this model, from 0 to ${vocabulary - 1}, not ${token}`);
+      });
     } else if (typeof prompt !== 'string') {
       fail('prompt', 'must be a string or an array of token ids');
     }
-    const options = generateOptions(this.engine, params, await grammarFor(this.engine, params.response_format));
+    const options = await generateOptions(this.engine, params, await grammarFor(this.engine, params.response_format));
     const echo = params.echo === true ? (typeof prompt === 'string' ? prompt : await this.engine.detokenize(prompt)) : '';
     const id = randomId('cmpl-');
     const model = modelName(this.engine, params.model);

@@ -7,12 +7,11 @@ import {
   OFFERING, PIECE_WORDS, POLL_MS, STATUS, TAKEN, WAITING, sleep,
 } from '../bridge/early-pieces.js';
 import type { EarlyBlocks, EarlyFile, EarlyPiece } from '../bridge/early-pieces.js';
+import { HTTP_FIRST_RANGE_BYTES as FIRST_RANGE_BYTES, HTTP_MAX_HEAD_BYTES as MAX_HEADER_BYTES } from '../bridge/bridge.generated.js';
 import { blockSpan, NeedMoreBytes, readGgufLayout } from './gguf-layout.js';
 
-// The engine's own first request is this long (http_source.cpp,
-// kFirstRangeBytes); the header grows by doubling past it, as there.
-const FIRST_RANGE_BYTES = 1 << 20;
-const MAX_HEADER_BYTES = 64 << 20;
+// The engine's own first request is FIRST_RANGE_BYTES long; the header
+// grows by doubling past it, as there.
 // 8 MiB a request keeps the browser's cost per request small (see
 // kMinPieceBytes): Chromium on 2 cores downloaded a 512 MB file from
 // localhost, three ranges at a time, in 8.9-9.4 s in ranges of 2 MiB, 6.0 s

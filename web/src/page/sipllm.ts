@@ -125,6 +125,17 @@ function resolveUrl(source: string | URL): string {
   return url.href;
 }
 
+// GenerateOptions as the worker takes them: no signal, the biases as pairs.
+function wireOptions(options: GenerateOptions): EngineGenerateOptions {
+  const { signal: _signal, logitBias, ...rest } = options;
+  const request: EngineGenerateOptions = { ...rest };
+  if (logitBias !== undefined) {
+    const entries = logitBias instanceof Map ? [...logitBias] : Object.entries(logitBias);
+    request.logitBias = entries.map(([token, bias]) => [Number(token), bias]);
+  }
+  return request;
+}
+
 function checkNumber(options: LoadOptions, key: keyof LoadOptions): void {
   const value = options[key];
   if (value !== undefined && (typeof value !== 'number' || Number.isNaN(value) || value < 0)) {
@@ -340,14 +351,10 @@ export class SipLLM implements CompletionEngine {
   }
 
   private async *stream(prompt: string | number[], options: GenerateOptions): AsyncGenerator<string, GenerationStats> {
-    const { signal, logitBias, ...rest } = options;
+    const { signal } = options;
     if (signal?.aborted) throw abortError(signal, 'generation');
     const handle = await this.liveHandle();
-    const request: EngineGenerateOptions = { ...rest };
-    if (logitBias !== undefined) {
-      const entries = logitBias instanceof Map ? [...logitBias] : Object.entries(logitBias);
-      request.logitBias = entries.map(([token, bias]) => [Number(token), bias]);
-    }
+    const request = wireOptions(options);
     const pieces = new PieceQueue();
     const { id, reply } = handle.send(
       typeof prompt === 'string'
@@ -424,6 +431,15 @@ export class SipLLM implements CompletionEngine {
   // A grammar of any JSON object.
   async jsonObjectGrammar(): Promise<string> {
     return this.exclusive((handle) => handle.request({ type: 'grammar', schema: null }));
+  }
+
+  /**
+   * @internal The OpenAI layer's: the engine's check of `options` (its
+   * ranges, sipllm/options.h), running nothing; throws what generate() would.
+   */
+  async checkGenerateOptions(options: GenerateOptions): Promise<void> {
+    const handle = await this.liveHandle();
+    await handle.request({ type: 'checkOptions', options: wireOptions(options), nVocab: this.info.hyperparameters.nVocab });
   }
 
   /** @internal The OpenAI layer's: tool calls of `schema`, each between its tags. */

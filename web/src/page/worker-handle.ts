@@ -138,7 +138,7 @@ export class WorkerHandle {
     this.pending.delete(reply.id);
     if (this.pending.size === 0) this.idle();
     if (reply.type === 'result') pending.resolve(reply.value);
-    else pending.reject(errorFromKind(reply.kind, reply.message));
+    else pending.reject(errorFromKind(reply.kind, reply.message, reply.option));
   }
 
   private idle(): void {

@@ -39,13 +39,13 @@ function epochMs(): number {
 const workerStartedAt = epochMs();
 
 class Failure extends Error {
-  constructor(readonly kind: string, message: string) {
+  constructor(readonly kind: string, message: string, readonly option?: string) {
     super(message);
   }
 }
 
-function fail(error: { kind: string; message: string } | undefined): Failure {
-  return new Failure(error?.kind ?? 'internal', error?.message ?? 'unknown error');
+function fail(error: { kind: string; message: string; option?: string } | undefined): Failure {
+  return new Failure(error?.kind ?? 'internal', error?.message ?? 'unknown error', error?.option);
 }
 
 function unwrap<T>(answer: Answer<T>): T {
@@ -201,7 +201,8 @@ class EngineWorker {
     } catch (error) {
       const kind = error instanceof Failure ? error.kind : 'internal';
       const message = error instanceof Error ? error.message : String(error);
-      this.endpoint.post({ type: 'error', id, kind, message });
+      const option = error instanceof Failure ? error.option : undefined;
+      this.endpoint.post({ type: 'error', id, kind, message, ...(option !== undefined ? { option } : {}) });
     }
   }
 
@@ -218,6 +219,10 @@ class EngineWorker {
       return unwrap(calls === undefined
         ? module.jsonSchemaToGrammar(request.schema)
         : module.toolCallGrammar(request.schema, calls.open, calls.close, calls.parallel));
+    },
+    checkOptions: (request) => {
+      unwrap(this.engine().checkGenerateOptions(request.options, request.nVocab));
+      return null;
     },
     tokenize: (request) => Array.from(unwrap(this.open().tokenize(request.text, request.addSpecial, request.parseSpecial))),
     detokenize: (request) => unwrap(this.open().detokenize(request.tokens)),

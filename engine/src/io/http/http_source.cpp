@@ -29,13 +29,13 @@
 namespace sipllm {
 namespace {
 
-// The open asks for this much: a GGUF header of up to 1 MiB (vocabularies of
-// up to ~50k tokens) arrives with the size and validators in one request.
-constexpr uint64_t kFirstRangeBytes = 1u << 20;
-// While the header is read past the head, the head doubles per request: a
-// few requests for a large vocabulary, and little fetched past the header.
+// The open asks for kHttpFirstRangeBytes (http_source.h). While the header
+// is read past the head, the head doubles per request, up to
+// kHttpMaxHeadBytes: a few requests for a large vocabulary, and little
+// fetched past the header.
+constexpr uint64_t kFirstRangeBytes = kHttpFirstRangeBytes;
 constexpr uint64_t kHeadGrowth = 2;
-constexpr uint64_t kMaxHeadBytes = 64u << 20;
+constexpr uint64_t kMaxHeadBytes = kHttpMaxHeadBytes;
 // Requests in flight for one read are at least this large. A browser spends
 // milliseconds of CPU on every request (IPC between its processes, CORS, the
 // body's data pipe): on two cores, pieces of 640 KiB held a 50 MB/s link to
@@ -360,6 +360,12 @@ class HttpSourceImpl final : public HttpSource {
       throw Error(ErrorKind::kOutOfBudget,
                   url_ + ": the whole file (" + std::to_string(file_.size) +
                       " bytes) does not fit in this build's memory, and the server cannot stream it");
+    }
+    if (file_.size > options_.whole_file_budget) {
+      throw Error(ErrorKind::kOutOfBudget,
+                  url_ + ": the whole file (" + std::to_string(file_.size) + " bytes) is more than the memory budget (" +
+                      std::to_string(options_.whole_file_budget) +
+                      " bytes) allows, and the server cannot stream it (it ignores Range)");
     }
     whole_.resize(static_cast<size_t>(file_.size));
     fetch_checked(0, file_.size, whole_.data());

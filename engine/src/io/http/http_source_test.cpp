@@ -708,6 +708,17 @@ TEST_F(HttpTest, HttpServerIgnoringRangeIsRefusedOrLoadedWhole) {
       EXPECT_EQ(server_->stats().requests, 0u) << "a whole-file download is cached too";
     }
   }
+
+  // A whole file beyond the budget is refused, naming both sizes, before any of it is fetched.
+  server_->reset();
+  HttpSourceOptions options = fast_options();
+  options.allow_whole_file = true;
+  options.whole_file_budget = 1185375;
+  const Error over = test::expect_error([&] { open_http_source(url, make_curl_transport(), options); });
+  EXPECT_EQ(over.kind(), ErrorKind::kOutOfBudget);
+  EXPECT_NE(std::string(over.what()).find("the whole file (1185376 bytes) is more than the memory budget (1185375 bytes)"),
+            std::string::npos) << over.what();
+  EXPECT_EQ(server_->stats().requests, 1u) << "only the probe";
 }
 
 TEST_F(HttpTest, HttpTruncatedBodyGivesUpAfterRetries) {
