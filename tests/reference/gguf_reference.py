@@ -5,7 +5,8 @@ Reads the GGUF file itself, dequantises the weights and runs a plain
 token-at-a-time forward pass in float64 (or float32 with --float32) for the
 llama, smollm3, qwen2, qwen3, gemma2, gemma3 and phi3 families, and a
 layer-by-layer pass over the prompt for the hybrid qwen35 (gated DeltaNet +
-gated attention), gemma4 and lfm2 (short convolutions + attention) families,
+gated attention), gemma4 and lfm2 (short convolutions + attention) families
+and the mixture-of-experts qwen3moe, qwen35moe and lfm2moe,
 each as llama.cpp computes it.  It shares no code with the engine, so the
 engine's logits can be checked against it.  Needs only Python 3 and numpy.
 
@@ -895,7 +896,7 @@ class Model:
 # as llama.cpp runs a prompt in one batch: the recurrent layers carry their
 # state (convolution window, DeltaNet state) from one block to the next.
 
-HYBRID_FAMILIES = ('qwen35', 'gemma4', 'lfm2')
+HYBRID_FAMILIES = ('qwen35', 'gemma4', 'lfm2', 'qwen3moe', 'qwen35moe', 'lfm2moe')
 
 
 def sigmoid(x):
@@ -953,8 +954,12 @@ class HybridModel(Model):
         self.eps = key('attention.layer_norm_rms_epsilon', kind=float)
         self.n_ctx_train = key('context_length')
         self.n_ctx = n_ctx if n_ctx is not None else self.n_ctx_train
-        if key('expert_count', 0):
-            raise GGUFError(f"mixture-of-experts {arch} ({arch}.expert_count > 0) is not supported")
+        # Mixture of experts: expert_used_count of expert_count experts per token.
+        self.n_expert = key('expert_count', 0)
+        self.n_expert_used = key('expert_used_count', 0) if self.n_expert else 0
+        if self.n_expert and not 0 < self.n_expert_used <= self.n_expert:
+            raise GGUFError(f"{arch}.expert_used_count {self.n_expert_used} is not from 1 to "
+                            f"{arch}.expert_count {self.n_expert}")
         for k in ('rope.scaling.type', 'rope.scaling.factor', 'rope.scaling.attn_factor',
                   'rope.scale_linear', 'attention.logit_softcapping'):
             if f'{arch}.{k}' in md:
@@ -974,17 +979,23 @@ class HybridModel(Model):
 
         d, V = self.dim, self.n_vocab
         self.tok_embd = W('token_embd.weight', d, V)
-        n_ff = per_layer('feed_forward_length')
+        # qwen35moe has no dense feed-forward, and no width for one
+        n_ff = per_layer('feed_forward_length', 0 if self.n_expert else None)
         self.layers = []
-        getattr(self, f'_load_{arch}')(key, per_layer, W, optional, n_ff)
+        getattr(self, f'_load_{arch.removesuffix("moe")}')(key, per_layer, W, optional, n_ff)
+        # lfm2moe's first leading_dense_block_count layers are dense
+        dense = key('leading_dense_block_count', 0) if arch == 'lfm2moe' else 0
         for i, L in enumerate(self.layers):
             p = f'blk.{i}.'
-            L.update(attn_norm=W(p + 'attn_norm.weight', d),
-                     w_gate=W(p + 'ffn_gate.weight', d, n_ff[i]),
-                     w_up=W(p + 'ffn_up.weight', d, n_ff[i]),
-                     w_down=W(p + 'ffn_down.weight', n_ff[i], d))
+            L.update(attn_norm=W(p + 'attn_norm.weight', d))
+            if self.n_expert and i >= dense:
+                L['moe'] = self._moe_ffn(key, W, i)
+            else:
+                L.update(w_gate=W(p + 'ffn_gate.weight', d, n_ff[i]),
+                         w_up=W(p + 'ffn_up.weight', d, n_ff[i]),
+                         w_down=W(p + 'ffn_down.weight', n_ff[i], d))
         # lfm2's last norm has llama.cpp's name token_embd_norm
-        self.output_norm = W('token_embd_norm.weight' if arch == 'lfm2' else 'output_norm.weight', d)
+        self.output_norm = W('token_embd_norm.weight' if arch.startswith('lfm2') else 'output_norm.weight', d)
         self.output = W('output.weight', d, V) if 'output.weight' in gguf.tensors else self.tok_embd
         extra = sorted(set(gguf.tensors) - used)
         if extra:
@@ -1012,6 +1023,76 @@ class HybridModel(Model):
                      wv=(optional if v_optional else W)(p + 'attn_v.weight', d, n_kv * hd),
                      k_norm=W(p + 'attn_k_norm.weight', hd))
         return L
+
+    def _load_qwen3(self, key, per_layer, W, optional, n_ff):
+        # qwen3moe: Qwen3's attention (q/k norms, NEOX) on every layer
+        n_head, n_kv = key('attention.head_count'), key('attention.head_count_kv')
+        hd = key('attention.key_length', self.dim // n_head)
+        n_rot = key('rope.dimension_count', hd)
+        self.kq_scale = 1.0 / math.sqrt(hd)
+        for i in range(self.n_layers):
+            L = self._attn_layer(W, optional, i, n_head, n_kv, hd, n_rot, self.freq_base)
+            L['ffn_norm'] = W(f'blk.{i}.ffn_norm.weight', self.dim)
+            self.layers.append(L)
+        self.layout = "attention on every layer"
+
+    def _moe_ffn(self, key, W, i):
+        """A mixture-of-experts feed-forward (llama.cpp's build_moe_ffn): its
+        router, one matrix per expert from each 3-D tensor (experts on the last
+        axis), lfm2moe's selection bias, qwen35moe's shared expert."""
+        p, d, E = f'blk.{i}.', self.dim, self.n_expert
+        ff = key('expert_feed_forward_length')
+
+        def experts(name, cols, rows):
+            m = W(p + name, cols, rows, E)   # shape (E, rows, cols)
+            each = [m[e] for e in range(E)]
+            for e in each:                   # each takes the 8-bit activations the tensor does
+                self.act_block[id(e)] = self.act_block[id(m)]
+            return each
+        moe = dict(router=W(p + 'ffn_gate_inp.weight', d, E),
+                   gate=experts('ffn_gate_exps.weight', d, ff),
+                   up=experts('ffn_up_exps.weight', d, ff),
+                   down=experts('ffn_down_exps.weight', ff, d),
+                   # llama.cpp: softmax for qwen3moe and qwen35moe; lfm2moe
+                   # names its gating function (2: sigmoid), and biases the choice
+                   sigmoid=self.arch == 'lfm2moe' and key('expert_gating_func') == 2,
+                   bias=W(p + 'exp_probs_b.bias', E) if self.arch == 'lfm2moe' else None,
+                   shared=None)
+        if self.arch == 'lfm2moe' and key('expert_gating_func') not in (1, 2):
+            raise GGUFError(f"lfm2moe.expert_gating_func {key('expert_gating_func')} is not 1 (softmax) or 2 (sigmoid)")
+        if self.arch == 'qwen35moe':
+            sff = key('expert_shared_feed_forward_length')
+            moe['shared'] = dict(gate_inp=W(p + 'ffn_gate_inp_shexp.weight', d),
+                                 gate=W(p + 'ffn_gate_shexp.weight', d, sff),
+                                 up=W(p + 'ffn_up_shexp.weight', d, sff),
+                                 down=W(p + 'ffn_down_shexp.weight', sff, d))
+        return moe
+
+    def moe_ffn(self, M, H):
+        """Each position's top expert_used_count experts by the router's
+        probabilities (plus the selection bias), weighted by those
+        probabilities renormalised (the sum clamped at F16's smallest normal,
+        as llama.cpp), their outputs added in the order chosen."""
+        logits = self.mul(M['router'], H)
+        if M['sigmoid']:
+            probs = sigmoid(logits)
+        else:
+            e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+            probs = e / e.sum(axis=-1, keepdims=True)
+        select = probs + M['bias'] if M['bias'] is not None else probs
+        F = np.zeros_like(H)
+        for i in range(H.shape[0]):
+            chosen = sorted(range(self.n_expert), key=lambda x: (-select[i, x], x))[:self.n_expert_used]
+            w = probs[i, chosen]
+            w = w / max(w.sum(), 6.103515625e-5)
+            for k, ex in enumerate(chosen):
+                act = silu(self.mul(M['gate'][ex], H[i])) * self.mul(M['up'][ex], H[i])
+                F[i] += w[k] * self.mul(M['down'][ex], act)
+        S = M['shared']
+        if S is not None:
+            act = silu(self.mul(S['gate'], H)) * self.mul(S['up'], H)
+            F = F + self.mul(S['down'], act) * sigmoid(H @ S['gate_inp'])[:, None]
+        return F
 
     def _load_qwen35(self, key, per_layer, W, optional, n_ff):
         d = self.dim
@@ -1144,13 +1225,15 @@ class HybridModel(Model):
         kinds = ''.join({'attn': 'A', 'deltanet': 'D', 'conv': 'C'}[L['kind']] for L in self.layers)
         parts = [f"{self.arch}: {self.n_layers} layers {kinds}", self.layout,
                  f"neox rope base {self.freq_base:g}"]
-        if self.arch == 'qwen35':
+        if self.arch.startswith('qwen35'):
             parts.append(f"DeltaNet {self.nk} key / {self.nv} value heads of {self.dk}, "
                          f"conv {self.d_conv}" + (f", chunked prefill (chunks of "
                                                   f"{self.chunked_deltanet})"
                                                   if self.chunked_deltanet else ''))
-        if self.arch == 'lfm2':
+        if self.arch.startswith('lfm2'):
             parts.append(f"short conv {self.d_conv}")
+        if self.n_expert:
+            parts.append(f"{self.n_expert_used} of {self.n_expert} experts")
         if self.arch == 'gemma4' and self.n_pl:
             parts.append(f"per-layer inputs of {self.n_pl}")
         if self.final_softcap:
@@ -1295,6 +1378,9 @@ class HybridModel(Model):
                 A = self.rmsnorm(A, L['post_attn_norm'])
             X = X + A
             H = self.rmsnorm(X, L['ffn_norm'])
+            if 'moe' in L:
+                X = X + self.moe_ffn(L['moe'], H)
+                continue
             gt, up = self.mul(L['w_gate'], H), self.mul(L['w_up'], H)
             if gemma4:
                 act = gelu_f16_table(gt) if self.f16_gelu else gelu_tanh(gt)

@@ -61,7 +61,12 @@ struct Hyperparameter {
   X(head_dim_swa, false, "Floats of each head of the sliding-window layers.")                       \
   X(rope_dims_swa, false, "Elements the sliding-window layers' rotary embedding turns.")            \
   X(shared_kv_layers, false, "The last layers, which attend over earlier layers' keys and values.")  \
-  X(n_embd_per_layer, false, "Floats of each layer's per-layer input.")
+  X(n_embd_per_layer, false, "Floats of each layer's per-layer input.")                            \
+  X(n_experts, false, "Experts of each mixture-of-experts layer.")                                  \
+  X(n_experts_used, false, "Experts each position runs.")                                           \
+  X(expert_hidden_dim, false, "An expert's feed-forward width.")                                    \
+  X(shared_expert_hidden_dim, false, "The shared expert's width (Qwen3.5-MoE).")                    \
+  X(leading_dense_layers, false, "The first layers, whose feed-forward is dense (LFM2-MoE).")
 
 // The architectures (general.architecture) the engine runs, in its table's
 // order: "llama", "qwen2", ...

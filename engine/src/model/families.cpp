@@ -35,6 +35,23 @@ TensorSpec fused(std::string name, Dim cols, Dim rows, std::vector<TensorSpec::R
   return spec;
 }
 
+// The same spec, held only by layers whose feed-forward is `ffn`.
+TensorSpec ffn(TensorSpec::Ffn kind, TensorSpec spec) {
+  spec.ffn = kind;
+  return spec;
+}
+TensorSpec dense(TensorSpec spec) { return ffn(TensorSpec::Ffn::kDense, std::move(spec)); }
+TensorSpec experts(TensorSpec spec) { return ffn(TensorSpec::Ffn::kExperts, std::move(spec)); }
+
+// A 3-D tensor of one matrix per expert (experts along its last axis), read
+// as the rows of all of them.
+TensorSpec per_expert(std::string name, Dim cols, Dim rows, Dim all_rows, WeightMatrix UnitWeights::*slot) {
+  TensorSpec spec = experts(matrix(std::move(name), cols, all_rows, slot));
+  spec.shape = {cols, rows, Dim::kExperts};
+  spec.per_expert = true;
+  return spec;
+}
+
 // The same spec, held only by layers of `kind`.
 TensorSpec in(LayerKind kind, TensorSpec spec) {
   spec.layers = TensorSpec::only(kind);
@@ -65,12 +82,34 @@ const TensorSpec kAttnKNorm = vector("attn_k_norm.weight", Dim::kHeadDim, &W::at
 const TensorSpec kAttnOutput = matrix("attn_output.weight", Dim::kQ, Dim::kEmbd, &W::attn_output);
 const TensorSpec kPostAttentionNorm = vector("post_attention_norm.weight", Dim::kEmbd, &W::post_attention_norm);
 const TensorSpec kFfnNorm = vector("ffn_norm.weight", Dim::kEmbd, &W::ffn_norm);
-const TensorSpec kFfnGate = matrix("ffn_gate.weight", Dim::kEmbd, Dim::kFf, &W::ffn_gate);
-const TensorSpec kFfnUp = matrix("ffn_up.weight", Dim::kEmbd, Dim::kFf, &W::ffn_up);
+const TensorSpec kFfnGate = dense(matrix("ffn_gate.weight", Dim::kEmbd, Dim::kFf, &W::ffn_gate));
+const TensorSpec kFfnUp = dense(matrix("ffn_up.weight", Dim::kEmbd, Dim::kFf, &W::ffn_up));
 // Phi-3 keeps gate and up in one tensor, the gate's rows first.
-const TensorSpec kFfnGateUp = fused("ffn_up.weight", Dim::kEmbd, Dim::kFf2,
-                                    {{&W::ffn_gate, Dim::kFf}, {&W::ffn_up, Dim::kFf}});
-const TensorSpec kFfnDown = matrix("ffn_down.weight", Dim::kFf, Dim::kEmbd, &W::ffn_down);
+const TensorSpec kFfnGateUp = dense(fused("ffn_up.weight", Dim::kEmbd, Dim::kFf2,
+                                          {{&W::ffn_gate, Dim::kFf}, {&W::ffn_up, Dim::kFf}}));
+const TensorSpec kFfnDown = dense(matrix("ffn_down.weight", Dim::kFf, Dim::kEmbd, &W::ffn_down));
+
+// A mixture of experts: the router, the experts' matrices; LFM2-MoE's bias
+// of the choice; Qwen3.5-MoE's shared expert and its gate.
+const std::vector<TensorSpec> kExperts = {
+    experts(matrix("ffn_gate_inp.weight", Dim::kEmbd, Dim::kExperts, &W::ffn_gate_inp)),
+    per_expert("ffn_gate_exps.weight", Dim::kEmbd, Dim::kExpertFf, Dim::kExpertsFf, &W::ffn_gate_exps),
+    per_expert("ffn_up_exps.weight", Dim::kEmbd, Dim::kExpertFf, Dim::kExpertsFf, &W::ffn_up_exps),
+    per_expert("ffn_down_exps.weight", Dim::kExpertFf, Dim::kEmbd, Dim::kExpertsEmbd, &W::ffn_down_exps),
+};
+const TensorSpec kExpertBias = experts(vector("exp_probs_b.bias", Dim::kExperts, &W::expert_bias));
+const std::vector<TensorSpec> kSharedExpert = {
+    experts(vector("ffn_gate_inp_shexp.weight", Dim::kEmbd, &W::shared_expert_gate)),
+    experts(matrix("ffn_gate_shexp.weight", Dim::kEmbd, Dim::kSharedFf, &W::ffn_gate_shexp)),
+    experts(matrix("ffn_up_shexp.weight", Dim::kEmbd, Dim::kSharedFf, &W::ffn_up_shexp)),
+    experts(matrix("ffn_down_shexp.weight", Dim::kSharedFf, Dim::kEmbd, &W::ffn_down_shexp)),
+};
+
+// `specs` and then `more`.
+std::vector<TensorSpec> with(std::vector<TensorSpec> specs, const std::vector<TensorSpec>& more) {
+  specs.insert(specs.end(), more.begin(), more.end());
+  return specs;
+}
 const TensorSpec kPostFfwNorm = vector("post_ffw_norm.weight", Dim::kEmbd, &W::post_ffw_norm);
 
 // Qwen3.5's gated DeltaNet layers, and its attention layers' query with an
@@ -134,6 +173,15 @@ std::vector<TensorSpec> hybrid_block(std::vector<TensorSpec> attention, std::vec
   attention.insert(attention.end(), recurrent.begin(), recurrent.end());
   return attention;
 }
+
+// Qwen3.5's and LFM2's blocks (post_attention_norm is Qwen3.5's
+// feed-forward norm), which their mixtures of experts extend.
+const std::vector<TensorSpec> kQwen35Block =
+    hybrid_block({kAttnQGated, kAttnK, kAttnV, kAttnQNorm, kAttnKNorm, kAttnOutput},
+                 {kAttnNorm, vector("post_attention_norm.weight", Dim::kEmbd, &W::ffn_norm), kFfnGate, kFfnUp, kFfnDown},
+                 kDeltaNet);
+const std::vector<TensorSpec> kLfm2Block = hybrid_block({kAttnQ, kAttnK, kAttnV, kAttnQNorm, kAttnKNorm, kAttnOutput},
+                                                        {kAttnNorm, kFfnNorm, kFfnGate, kFfnUp, kFfnDown}, kShortConv);
 
 // Gemma's query scale is 1/sqrt(head_dim), except for the 27B models
 // (46 layers in Gemma 2, 62 in Gemma 3), which use 1/sqrt(dim / n_heads).
@@ -211,11 +259,7 @@ std::vector<Family> make_families() {
       },
       {
           .architecture = "qwen35",
-          // post_attention_norm is the feed-forward's norm.
-          .block = hybrid_block({kAttnQGated, kAttnK, kAttnV, kAttnQNorm, kAttnKNorm, kAttnOutput},
-                                {kAttnNorm, vector("post_attention_norm.weight", Dim::kEmbd, &W::ffn_norm),
-                                 kFfnGate, kFfnUp, kFfnDown},
-                                kDeltaNet),
+          .block = kQwen35Block,
           .rope_style = RopeStyle::kNeox,
           .hybrid = HybridLayers::kFullAttentionInterval,
           .recurrent_kind = LayerKind::kDeltaNet,
@@ -224,12 +268,36 @@ std::vector<Family> make_families() {
       },
       {
           .architecture = "lfm2",
-          .block = hybrid_block({kAttnQ, kAttnK, kAttnV, kAttnQNorm, kAttnKNorm, kAttnOutput},
-                                {kAttnNorm, kFfnNorm, kFfnGate, kFfnUp, kFfnDown}, kShortConv),
+          .block = kLfm2Block,
           .rope_style = RopeStyle::kNeox,
           .hybrid = HybridLayers::kZeroKvHeads,
           .recurrent_kind = LayerKind::kShortConv,
           .output_norm = "token_embd_norm.weight",
+      },
+      {
+          .architecture = "qwen3moe",
+          .block = with({kAttnNorm, kAttnQ, kAttnK, kAttnV, kAttnQNorm, kAttnKNorm, kAttnOutput, kFfnNorm}, kExperts),
+          .rope_style = RopeStyle::kNeox,
+          .expert_gating = ExpertGating::kSoftmax,
+      },
+      {
+          .architecture = "qwen35moe",
+          .block = with(with(kQwen35Block, kExperts), kSharedExpert),
+          .rope_style = RopeStyle::kNeox,
+          .hybrid = HybridLayers::kFullAttentionInterval,
+          .recurrent_kind = LayerKind::kDeltaNet,
+          .attention_output_gate = true,
+          .unused_tensors = {"mtp.", ".nextn."},
+          .expert_gating = ExpertGating::kSoftmax,
+      },
+      {
+          .architecture = "lfm2moe",
+          .block = with(with(kLfm2Block, kExperts), {kExpertBias}),
+          .rope_style = RopeStyle::kNeox,
+          .hybrid = HybridLayers::kZeroKvHeads,
+          .recurrent_kind = LayerKind::kShortConv,
+          .output_norm = "token_embd_norm.weight",
+          .expert_gating = ExpertGating::kFromKey,
       },
       {
           .architecture = "smollm3",

@@ -142,9 +142,54 @@ ModelShape read_shape(const GgufFile& file, const Family& family, int context_le
                  std::to_string(blocks) + " blocks (" + keys.key("block_count") + ") to run");
   }
   s.n_layers = blocks - s.prediction_layers;
-  std::vector<int> hidden = keys.sizes("feed_forward_length", blocks);
+  // Mixture of experts: the widths of its experts, which layers have them.
+  if (family.expert_gating != ExpertGating::kNone) {
+    s.n_experts = keys.size("expert_count");
+    s.n_experts_used = keys.size("expert_used_count");
+    if (s.n_experts_used > s.n_experts || s.n_experts > kMaxExperts) {
+      format_error(keys.key("expert_used_count") + " " + std::to_string(s.n_experts_used) + " and " +
+                   keys.key("expert_count") + " " + std::to_string(s.n_experts) +
+                   ": a position uses at most all the experts, of which there are at most " +
+                   std::to_string(kMaxExperts));
+    }
+    s.expert_hidden_dim = keys.size("expert_feed_forward_length");
+    if (std::any_of(family.block.begin(), family.block.end(),
+                    [](const TensorSpec& spec) { return spec.shape.size() == 2 && spec.shape[1] == Dim::kSharedFf; })) {
+      s.shared_expert_hidden_dim = keys.size("expert_shared_feed_forward_length");
+    }
+    s.leading_dense_layers = static_cast<int>(std::min<uint64_t>(file.get_uint(keys.key("leading_dense_block_count"), 0),
+                                                                  uint64_t{1} << 30));
+    if (s.leading_dense_layers > s.n_layers) {
+      format_error(keys.key("leading_dense_block_count") + " " + std::to_string(s.leading_dense_layers) +
+                   " is more than the " + std::to_string(s.n_layers) + " layers");
+    }
+    if (family.expert_gating == ExpertGating::kFromKey) {
+      const uint64_t gating = file.require_uint(keys.key("expert_gating_func"));
+      if (gating != 1 && gating != 2) {
+        unsupported(keys.key("expert_gating_func") + " " + std::to_string(gating) +
+                    " is not a gating function this engine runs (1 softmax, 2 sigmoid)");
+      }
+      s.sigmoid_gating = gating == 2;
+    }
+    // Each expert's rows of a matrix kept in tiles of four rows (WeightMatrix)
+    // are whole tiles.
+    if (s.expert_hidden_dim % WeightMatrix::kTileRows != 0 || s.dim % WeightMatrix::kTileRows != 0) {
+      unsupported("experts of " + std::to_string(s.expert_hidden_dim) + " (" + keys.key("expert_feed_forward_length") +
+                  ") by " + std::to_string(s.dim) + ": this engine runs multiples of " +
+                  std::to_string(WeightMatrix::kTileRows));
+    }
+  } else if (file.get_uint(keys.key("expert_count"), 0) > 0) {
+    unsupported("mixture-of-experts " + family.architecture + " models (" + keys.key("expert_count") +
+                ") are not supported");
+  }
+  // The dense layers' width (none when every layer has experts, as in a
+  // Qwen3.5-MoE file, which has no key for it).
+  std::vector<int> hidden = s.n_experts > 0 && s.leading_dense_layers == 0 && !keys.has("feed_forward_length")
+                                ? std::vector<int>(static_cast<size_t>(blocks), 0)
+                                : keys.sizes("feed_forward_length", blocks);
   hidden.resize(static_cast<size_t>(s.n_layers));
-  s.hidden_dim = *std::max_element(hidden.begin(), hidden.end());
+  s.hidden_dim = std::max({*std::max_element(hidden.begin(), hidden.end()), s.expert_hidden_dim,
+                           s.shared_expert_hidden_dim});
   s.n_heads = keys.size("attention.head_count");
   if (family.hybrid == HybridLayers::kZeroKvHeads) {
     // One count per layer, 0 for the recurrent ones; the attention layers
@@ -230,9 +275,6 @@ ModelShape read_shape(const GgufFile& file, const Family& family, int context_le
                  keys.key(family.recurrent_kind == LayerKind::kDeltaNet ? "ssm.conv_kernel" : "shortconv.l_cache") +
                  ") is more than the " + std::to_string(kMaxConvKernel) + " this engine supports");
   }
-  if (file.get_uint(keys.key("expert_count"), 0) > 0) {
-    unsupported("mixture-of-experts models (" + keys.key("expert_count") + ") are not supported");
-  }
 
   // Rotary embedding.
   s.rope_dims = keys.size("rope.dimension_count", s.head_dim);
@@ -310,7 +352,8 @@ void describe_layers(const GgufFile& file, const Family& family, ModelDescriptio
   } else if (family.hybrid == HybridLayers::kZeroKvHeads) {
     kv_heads = &file.require_array(keys.key("attention.head_count_kv"), GgufType::kInt32);
   }
-  const std::vector<int> hidden = keys.sizes("feed_forward_length", s.n_layers);
+  const std::vector<int> hidden = keys.has("feed_forward_length") ? keys.sizes("feed_forward_length", s.n_layers)
+                                                                  : std::vector<int>(static_cast<size_t>(s.n_layers), 0);
   std::vector<bool> slides;
   if (family.sliding_window_flags) slides = keys.flags("attention.sliding_window_pattern", s.n_layers);
   // The rope factors: on every layer, or (Gemma 4) on those that do not slide.
@@ -333,7 +376,8 @@ void describe_layers(const GgufFile& file, const Family& family, ModelDescriptio
                            (family.sliding_window_flags ? slides[static_cast<size_t>(il)]
                                                         : pattern > 0 && il % pattern < pattern - 1);
     layer.head_dim = layer.sliding_window && s.head_dim_swa > 0 ? s.head_dim_swa : s.head_dim;
-    layer.hidden_dim = hidden[static_cast<size_t>(il)];
+    layer.experts = s.n_experts > 0 && il >= s.leading_dense_layers;
+    layer.hidden_dim = layer.experts ? s.expert_hidden_dim : hidden[static_cast<size_t>(il)];
     layer.kv_source = il;
     if (attends && il >= first_shared) {
       const int source = first_shared - (layer.sliding_window ? 2 : 1);
@@ -488,6 +532,11 @@ uint64_t ModelShape::size(Dim d) const {
     case Dim::kEmbdPerLayer: return static_cast<uint64_t>(n_embd_per_layer);
     case Dim::kEmbdAllLayers: return static_cast<uint64_t>(n_embd_per_layer) * static_cast<uint64_t>(n_layers);
     case Dim::kOne: return 1;
+    case Dim::kExperts: return static_cast<uint64_t>(n_experts);
+    case Dim::kExpertFf: return static_cast<uint64_t>(expert_hidden_dim);
+    case Dim::kExpertsFf: return static_cast<uint64_t>(expert_hidden_dim) * static_cast<uint64_t>(n_experts);
+    case Dim::kExpertsEmbd: return static_cast<uint64_t>(dim) * static_cast<uint64_t>(n_experts);
+    case Dim::kSharedFf: return static_cast<uint64_t>(shared_expert_hidden_dim);
   }
   return 0;
 }
@@ -514,7 +563,12 @@ uint64_t ModelDescription::block_multiply_adds() const {
   uint64_t total = 0;
   for (int unit = 0; unit < shape.n_layers; ++unit) {
     for (const TensorSlice& slice : units[static_cast<size_t>(unit)].tensors) {
-      if (slice.tensor != nullptr && !slice.spec->is_vector()) total += slice.rows * slice.tensor->row_length();
+      if (slice.tensor == nullptr || slice.spec->is_vector()) continue;
+      const uint64_t products = slice.rows * slice.tensor->row_length();
+      // A position runs only the experts it chose.
+      total += slice.spec->per_expert ? products / static_cast<uint64_t>(shape.n_experts) *
+                                            static_cast<uint64_t>(shape.n_experts_used)
+                                      : products;
     }
   }
   return total;
@@ -547,6 +601,13 @@ std::vector<std::pair<std::string, double>> ModelDescription::hyperparameters() 
   if (s.rope_dims_swa > 0) list.emplace_back("rope_dims_swa", s.rope_dims_swa);
   if (s.shared_kv_layers > 0) list.emplace_back("shared_kv_layers", s.shared_kv_layers);
   if (s.n_embd_per_layer > 0) list.emplace_back("n_embd_per_layer", s.n_embd_per_layer);
+  if (s.n_experts > 0) {
+    list.emplace_back("n_experts", s.n_experts);
+    list.emplace_back("n_experts_used", s.n_experts_used);
+    list.emplace_back("expert_hidden_dim", s.expert_hidden_dim);
+  }
+  if (s.shared_expert_hidden_dim > 0) list.emplace_back("shared_expert_hidden_dim", s.shared_expert_hidden_dim);
+  if (s.leading_dense_layers > 0) list.emplace_back("leading_dense_layers", s.leading_dense_layers);
   return list;
 }
 
@@ -625,8 +686,9 @@ ModelDescription describe_model(const GgufFile& file, int context_length) {
       unit.tensors.push_back(whole(t, &spec));
       unit.bytes += t->bytes;
     };
+    const TensorSpec::Ffn ffn = layer.experts ? TensorSpec::Ffn::kExperts : TensorSpec::Ffn::kDense;
     for (const TensorSpec& spec : family.block) {
-      if ((spec.layers & kind) == 0 || !held(spec)) continue;
+      if ((spec.layers & kind) == 0 || !held(spec) || (spec.ffn != TensorSpec::Ffn::kAny && spec.ffn != ffn)) continue;
       const std::string name = "blk." + std::to_string(l) + "." + spec.name;
       if (spec.kv_projection && layer.kv_source != l) {
         if (file.find_tensor(name) != nullptr) tensors.mark_used(name);  // carried, never read

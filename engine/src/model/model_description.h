@@ -38,6 +38,14 @@ enum class HybridLayers {
   kZeroKvHeads,            // layer il attends when the head_count_kv array gives it heads (LFM2)
 };
 
+// A mixture-of-experts feed-forward: how the router's logits become each
+// expert's probability (llama.cpp's expert gating function).
+enum class ExpertGating {
+  kNone,     // the family has no experts
+  kSoftmax,  // softmax over the experts (Qwen3-MoE, Qwen3.5-MoE)
+  kFromKey,  // {arch}.expert_gating_func: 1 softmax, 2 sigmoid (LFM2-MoE)
+};
+
 // Per-pair rotary frequency divisors a family may carry as tensors.
 enum class RopeFactors {
   kNone,
@@ -70,6 +78,11 @@ enum class Dim {
   kEmbdPerLayer,   // embedding_length_per_layer_input (Gemma 4's per-layer inputs)
   kEmbdAllLayers,  // kEmbdPerLayer * block_count: every layer's per-layer input
   kOne,            // a single value (Gemma 4's layer_output_scale)
+  kExperts,        // expert_count
+  kExpertFf,       // expert_feed_forward_length: one expert's width
+  kExpertsFf,      // kExpertFf * kExperts: the rows of a 3-D gate or up tensor
+  kExpertsEmbd,    // kEmbd * kExperts: the rows of a 3-D down tensor
+  kSharedFf,       // expert_shared_feed_forward_length (Qwen3.5-MoE's shared expert)
 };
 
 // One tensor a unit may hold, and where it lands in UnitWeights: a float
@@ -96,6 +109,13 @@ struct TensorSpec {
   // Part of Gemma 4's per-layer inputs: required when the model has them
   // (embedding_length_per_layer_input > 0), refused when it has none.
   bool per_layer_input = false;
+  // Which feed-forward holds it: a dense one, or a mixture of experts
+  // (lfm2moe's first layers are dense, the others not).
+  enum class Ffn : uint8_t { kAny, kDense, kExperts };
+  Ffn ffn = Ffn::kAny;
+  // A 3-D tensor of one matrix per expert, experts along its last axis: as
+  // rows, expert e's matrix is the e-th run of rows / expert_count rows.
+  bool per_expert = false;
   const float* UnitWeights::*vector = nullptr;
   std::vector<RowRange> matrices;
 
@@ -159,12 +179,20 @@ struct Family {
   // next-token prediction block), by a part of their names: accepted in a
   // file and never read.
   std::vector<std::string> unused_tensors = {};
+  // A mixture of experts in place of the dense feed-forward (from layer
+  // leading_dense_block_count on, when the file has that key): each
+  // position runs the expert_used_count experts its router rates highest,
+  // weighted by their probabilities renormalised to sum 1 (llama.cpp always
+  // renormalises for these families).
+  ExpertGating expert_gating = ExpertGating::kNone;
 };
 
 // Limits of the recurrent layers: a DeltaNet head's size, a convolution's
 // length.
 constexpr int kMaxStateHead = 256;
 constexpr int kMaxConvKernel = 16;
+// Experts of a mixture (llama.cpp's LLAMA_MAX_EXPERTS).
+constexpr int kMaxExperts = 512;
 
 // Every family the engine runs, and one by name (nullptr when unknown).
 const std::vector<Family>& supported_families();
@@ -210,6 +238,16 @@ struct ModelShape {
   // {arch}.pooling_type, llama.cpp's llama_pooling_type: 0 none (or absent),
   // 1 mean, 2 CLS, 3 last, 4 rank.
   int pooling_type = 0;
+  // A mixture of experts: expert_count experts of expert_feed_forward_length
+  // each, expert_used_count per position, probabilities by softmax or
+  // sigmoid; a shared expert of expert_shared_feed_forward_length (0: none);
+  // the first leading_dense_block_count layers dense.
+  int n_experts = 0;
+  int n_experts_used = 0;
+  int expert_hidden_dim = 0;
+  int shared_expert_hidden_dim = 0;
+  int leading_dense_layers = 0;
+  bool sigmoid_gating = false;
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
@@ -247,6 +285,8 @@ struct LayerShape {
   // conv_kernel - 1 inputs, and DeltaNet's state matrices; 0: none.
   int conv_state = 0;
   int matrix_state = 0;
+  // Its feed-forward is a mixture of experts (hidden_dim is then an expert's width).
+  bool experts = false;
 };
 
 // A tensor, or a run of whole rows of one, that a unit reads.

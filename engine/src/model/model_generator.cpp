@@ -299,6 +299,21 @@ void build_random_model(const GgufFile& vocab, const GeneratorOptions& options, 
     }
   }
   if (family->sliding_window_flags) shape.n_embd_per_layer = s.n_embd_per_layer > 0 ? s.n_embd_per_layer : std::max(4, s.dim / 8);
+  // A mixture of experts from layer leading_dense_layers on.
+  if (family->expert_gating != ExpertGating::kNone) {
+    shape.n_experts = s.n_experts > 0 ? s.n_experts : 4;
+    shape.n_experts_used = s.n_experts_used > 0 ? s.n_experts_used : 2;
+    shape.expert_hidden_dim = s.expert_hidden_dim > 0 ? s.expert_hidden_dim : s.hidden_dim;
+    const bool shared = std::any_of(family->block.begin(), family->block.end(), [](const TensorSpec& spec) {
+      return spec.shape.size() == 2 && spec.shape[1] == Dim::kSharedFf;
+    });
+    shape.shared_expert_hidden_dim = shared ? shape.expert_hidden_dim : 0;
+    shape.leading_dense_layers = s.leading_dense_layers;
+    for (int l = s.leading_dense_layers; l < s.n_layers; ++l) {
+      layer_shapes[static_cast<size_t>(l)].experts = true;
+      layer_shapes[static_cast<size_t>(l)].hidden_dim = shape.expert_hidden_dim;
+    }
+  }
 
   const std::string a = s.architecture + ".";
   writer.set_string("general.architecture", s.architecture);
@@ -317,6 +332,18 @@ void build_random_model(const GgufFile& vocab, const GeneratorOptions& options, 
     writer.set_uint32(a + "feed_forward_length", static_cast<uint32_t>(s.hidden_dim));
   }
   if (s.shared_kv_layers > 0) writer.set_uint32(a + "attention.shared_kv_layers", static_cast<uint32_t>(s.shared_kv_layers));
+  if (shape.n_experts > 0) {
+    writer.set_uint32(a + "expert_count", static_cast<uint32_t>(shape.n_experts));
+    writer.set_uint32(a + "expert_used_count", static_cast<uint32_t>(shape.n_experts_used));
+    writer.set_uint32(a + "expert_feed_forward_length", static_cast<uint32_t>(shape.expert_hidden_dim));
+    if (shape.shared_expert_hidden_dim > 0) {
+      writer.set_uint32(a + "expert_shared_feed_forward_length", static_cast<uint32_t>(shape.shared_expert_hidden_dim));
+    }
+    if (shape.leading_dense_layers > 0) {
+      writer.set_uint32(a + "leading_dense_block_count", static_cast<uint32_t>(shape.leading_dense_layers));
+    }
+    if (family->expert_gating == ExpertGating::kFromKey) writer.set_uint32(a + "expert_gating_func", 2);  // sigmoid
+  }
   if (s.final_softcap > 0) writer.set_float32(a + "final_logit_softcapping", s.final_softcap);
   writer.set_uint32(a + "attention.head_count", static_cast<uint32_t>(s.n_heads));
   if (family->hybrid == HybridLayers::kZeroKvHeads) {
@@ -386,10 +413,14 @@ void build_random_model(const GgufFile& vocab, const GeneratorOptions& options, 
 
   // Each matrix row is made on demand from `make_row(r, row)`, then encoded.
   using RowMaker = std::function<void(uint64_t r, std::vector<float>& row)>;
-  auto add_matrix_rows = [&](const std::string& name, int layer, uint64_t cols, uint64_t rows, RowMaker make_row) {
+  // `experts` > 0: a 3-D tensor of that many matrices of rows / experts rows.
+  auto add_matrix_rows = [&](const std::string& name, int layer, uint64_t cols, uint64_t rows, RowMaker make_row,
+                             uint64_t experts = 0) {
     const TensorType type = mixed_tensor_type(options, name, layer, cols);
     const uint64_t bytes = tensor_bytes(tensor_type_traits(type), cols * rows);
-    writer.add_tensor(name, {cols, rows}, static_cast<uint32_t>(type), bytes,
+    std::vector<uint64_t> dims = {cols, rows};
+    if (experts > 0) dims = {cols, rows / experts, experts};
+    writer.add_tensor(name, dims, static_cast<uint32_t>(type), bytes,
                       [=](std::vector<uint8_t>& out) {
                         out.resize(bytes);
                         std::vector<float> row(cols);
@@ -401,11 +432,13 @@ void build_random_model(const GgufFile& vocab, const GeneratorOptions& options, 
                       });
   };
   auto seed_of = [&](const std::string& name) { return options.seed ^ hash_name(name); };
-  auto add_matrix = [&](const std::string& name, int layer, uint64_t cols, uint64_t rows) {
-    add_matrix_rows(name, layer, cols, rows,
-                    [seed = seed_of(name), std_dev = options.weight_scale](uint64_t r, std::vector<float>& row) {
-                      random_row(seed, r, std_dev, row);
-                    });
+  auto add_matrix = [&](const std::string& name, int layer, uint64_t cols, uint64_t rows, uint64_t experts = 0) {
+    add_matrix_rows(
+        name, layer, cols, rows,
+        [seed = seed_of(name), std_dev = options.weight_scale](uint64_t r, std::vector<float>& row) {
+          random_row(seed, r, std_dev, row);
+        },
+        experts);
   };
   // Norm weights near 1, biases small; a convolution's taps spread around 0,
   // DeltaNet's decay rates negative.
@@ -453,12 +486,16 @@ void build_random_model(const GgufFile& vocab, const GeneratorOptions& options, 
         std::vector<uint64_t> dims;
         for (Dim d : spec.shape) dims.push_back(size(d));
         add_vector(name, dims);
+      } else if (spec.per_expert) {
+        add_matrix(name, l, size(spec.shape[0]), size(spec.shape[1]) * size(spec.shape[2]), size(spec.shape[2]));
       } else {
         add_matrix(name, l, size(spec.shape[0]), size(spec.shape[1]));
       }
     };
+    const bool experts = layer_shapes[static_cast<size_t>(l)].experts;
     for (const TensorSpec& spec : family->block) {
       if ((spec.layers & TensorSpec::only(kind)) == 0) continue;
+      if (spec.ffn == (experts ? TensorSpec::Ffn::kDense : TensorSpec::Ffn::kExperts)) continue;
       if (spec.kv_projection && l >= first_shared) continue;  // attends with an earlier layer's K/V
       add("blk." + std::to_string(l) + "." + spec.name, spec, &layer_shapes[static_cast<size_t>(l)]);
     }

@@ -58,6 +58,13 @@ struct ShapePreset {
   bool double_wide_shared_ffn = false;
   int n_embd_per_layer = 0;
   float final_softcap = 0;  // 0: the family's default
+  // Mixture-of-experts families (0: the generator's defaults: 4 experts, 2
+  // used, each as wide as hidden_dim, as is a shared expert where the family
+  // has one); the first leading_dense_layers layers dense.
+  int n_experts = 0;
+  int n_experts_used = 0;
+  int expert_hidden_dim = 0;
+  int leading_dense_layers = 0;
 };
 
 // Known shapes: "tiny" (tests), "tiny-k" (tests of K-quants: every row a

@@ -90,6 +90,14 @@ struct UnitWeights {
   const float* ffn_norm = nullptr;
   WeightMatrix ffn_gate, ffn_up, ffn_down;
   const float* post_ffw_norm = nullptr;
+  // ...or a mixture of experts: the router (a logit per expert), every
+  // expert's gate, up and down matrices (expert e's rows the e-th run of
+  // rows / expert_count), LFM2-MoE's bias of the choice, Qwen3.5-MoE's shared
+  // expert and the vector of its sigmoid gate.
+  WeightMatrix ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps;
+  const float* expert_bias = nullptr;
+  WeightMatrix ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;
+  const float* shared_expert_gate = nullptr;
 
   // Gemma 4's per-layer inputs: the projection of the embedding into every
   // layer's input and its norm (block 0 only), then in each block the branch

@@ -324,7 +324,7 @@ TEST(Engine, HyperparametersAreTheDeclaredListInItsOrder) {
   const std::vector<std::string> architectures = supported_architectures();
   std::set<std::string> opened;
   for (const char* family : {"llama3", "qwen2", "qwen3", "gemma2", "gemma3", "gemma4", "phi3", "smollm3", "qwen35",
-                             "lfm2"}) {
+                             "lfm2", "qwen3moe", "qwen35moe", "lfm2moe"}) {
     const ModelInfo info = Engine::open(open_file_source(arch + family + "-Q8_0.gguf"))->info();
     check(info, family);
     // The list the package is given (ARCHITECTURES) is what the engine runs.

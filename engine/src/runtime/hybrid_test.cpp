@@ -54,10 +54,14 @@ size_t argmax(const std::vector<float>& v) { return static_cast<size_t>(std::max
 // positions on, attention's arithmetic differs between the two as
 // llama.cpp's does between a batch and single tokens: lfm2, which has no
 // DeltaNet, measures that alone at 0.016-0.021; qwen35 at 63 positions, the
-// DeltaNet chunks alone, 0.009.)
+// DeltaNet chunks alone, 0.009.) In a mixture of experts, a rounding that
+// flips a near-tied choice of experts moves a position further (lfm2moe at
+// 200 positions: 0.054, bit-identical up to 63), so those files are held to
+// the bound they are held to against llama.cpp.
 TEST(Hybrid, ChunkedPrefillMatchesTokenByToken) {
-  for (const char* file : {"qwen35-Q8_0.gguf", "lfm2-Q8_0.gguf"}) {
+  for (const char* file : {"qwen35-Q8_0.gguf", "lfm2-Q8_0.gguf", "qwen35moe-Q8_0.gguf", "lfm2moe-Q4_K_M.gguf"}) {
     SCOPED_TRACE(file);
+    const double bound = std::string(file).find("moe") != std::string::npos ? 0.06 : 0.03;
     auto steps = open_fixture(file, /*layer_major=*/false);
     auto chunked = open_fixture(file);
     // The token-by-token engine goes on from its cached prefix (its live
@@ -69,7 +73,7 @@ TEST(Hybrid, ChunkedPrefillMatchesTokenByToken) {
       chunked->reset();
       const std::vector<float> got = chunked->evaluate(prompt);
       const double rms = rms_difference_over_sd(expected, got);
-      EXPECT_LT(rms, 0.03);
+      EXPECT_LT(rms, bound);
       std::printf("%s, %d positions: RMS(chunked - steps) / sd %.4f\n", file, n, rms);
       EXPECT_EQ(argmax(expected), argmax(got));
     }

@@ -81,7 +81,13 @@ KernelWarmUp::KernelWarmUp(const ModelDescription& model, const MemoryPlan& plan
         const uint64_t rows = spec.matrices.size() == 1
                                   ? slice.rows
                                   : shape.size(part.rows, model.layers[static_cast<size_t>(layer)]);
-        block.weights.*part.matrix = make_matrix(type, static_cast<int>(std::min<uint64_t>(rows, kRows)), cols);
+        // Every expert keeps a few rows (whole tiles), so that whichever
+        // the synthetic router picks has its own.
+        const auto experts = static_cast<uint64_t>(shape.n_experts);
+        const uint64_t kept = spec.per_expert
+                                  ? experts * std::min<uint64_t>(rows / experts, kExpertRows)
+                                  : std::min<uint64_t>(rows, kRows);
+        block.weights.*part.matrix = make_matrix(type, static_cast<int>(kept), cols);
       }
     }
     blocks_.push_back(block);

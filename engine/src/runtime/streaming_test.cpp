@@ -208,13 +208,13 @@ TEST(Streaming, EveryBackendModeAndBudgetIsBitIdentical_TinyStoriesQ8_0) {
 // Q5_0 and Q5_1 matrices, which the loader may unpack: in a llama, in
 // phi3's fused tensors, and in gemma2's head tied to the token embeddings
 // (whose rows embed() then reads from the unpacked head).
-// The hybrid families: the recurrent state and its checkpoints (run_transcript
+// The hybrid families and the mixtures of experts: the recurrent state and its checkpoints (run_transcript
 // repeats its prompt) whatever the budget, which also decides the prefill
 // chunk: a prompt of more than one DeltaNet chunk of 64 positions.
 TEST(Streaming, EveryBackendModeAndBudgetIsBitIdentical_HybridFamilies) {
   std::string text;
   for (int i = 0; i < 6; ++i) text += "Once upon a time, there was a little dog. He liked to run in the park. ";
-  for (const char* family : {"qwen35-Q4_K_M", "lfm2-Q8_0"}) {
+  for (const char* family : {"qwen35-Q4_K_M", "lfm2-Q8_0", "qwen35moe-Q4_K_M", "lfm2moe-Q8_0", "qwen3moe-Q8_0"}) {
     SCOPED_TRACE(family);
     check_every_configuration(
         file_bytes(std::string(SIPLLM_SOURCE_DIR) + "/tests/fixtures/arch/" + family + ".gguf"), text, 100);

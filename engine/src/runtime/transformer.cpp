@@ -37,6 +37,14 @@ void silu_in_place(float* x, int n) {
   for (int i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
 }
 
+// Expert e's rows of a 3-D expert tensor (TensorSpec::per_expert): each
+// expert's rows are a run of whole tiles (describe_model checks), so the
+// range is right in either layout.
+WeightMatrix expert_rows_of(const WeightMatrix& m, int e, int experts) {
+  const int rows = m.rows / experts;
+  return m.row_range(e * rows, rows);
+}
+
 }  // namespace
 
 Transformer::Transformer(const ModelDescription& model, LayerLoader& loader, ThreadPool& pool,
@@ -90,6 +98,13 @@ uint64_t Transformer::working_bytes(const ModelDescription& model, int prefill_c
     const uint64_t conv = std::max(s.ssm_qkv(), s.dim);
     floats_per_position += mix + 2 * conv + 2ull * s.ssm_inner + 2ull * s.ssm_value_heads;
     widest_mix = s.ssm_inner;
+  }
+  // A mixture of experts: each position's probabilities, choices and
+  // weights, its rows gathered for one expert, that expert's output, and
+  // each choice's output.
+  if (s.n_experts > 0) {
+    floats_per_position += static_cast<uint64_t>(s.n_experts) + 2ull * s.n_experts_used + 2ull * s.dim +
+                           static_cast<uint64_t>(s.n_experts_used) * static_cast<uint64_t>(s.dim);
   }
   // Both 8-bit forms of the widest input.
   const int widest = std::max({s.dim, q_dim, s.hidden_dim, widest_mix, s.n_embd_per_layer});
@@ -316,7 +331,6 @@ void Transformer::per_layer_inputs(const UnitWeights& w, int n) {
 void Transformer::run_block(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments) {
   const ModelShape& s = shape_;
   const int dim = s.dim;
-  const int hidden = model_.layers[static_cast<size_t>(layer)].hidden_dim;
   // A branch's output joins the residual stream, normalized first where the
   // family has a post-norm (Gemma).
   const auto add_branch = [&](const float* post_norm) {
@@ -340,11 +354,11 @@ void Transformer::run_block(int layer, const UnitWeights& w, int n, const std::v
   // Feed-forward.
   for_each_position(n, dim, [&](int i) { rmsnorm(at(xb_, i, dim), at(x_, i, dim), w.ffn_norm, dim, s.rms_eps); });
   activations_.reset(xb_.data(), n, dim);
-  matmul_each({{&w.ffn_gate, gate_.data()}, {&w.ffn_up, up_.data()}}, activations_, *pool_);
-  const auto activate = model_.family->feed_forward == FeedForward::kGeluTanh ? gelu_tanh_glu : swiglu;
-  for_each_position(n, hidden, [&](int i) { activate(at(gate_, i, hidden), at(up_, i, hidden), hidden); });
-  activations_.reset(gate_.data(), n, hidden);
-  matmul(w.ffn_down, activations_, proj_.data(), *pool_);
+  if (model_.layers[static_cast<size_t>(layer)].experts) {
+    mixture_of_experts(layer, w, n);
+  } else {
+    feed_forward(layer, w, n);
+  }
   add_branch(w.post_ffw_norm);
 
   // Gemma 4's per-layer input: x += post_norm(proj(gelu(gate x) * input)).
@@ -362,6 +376,110 @@ void Transformer::run_block(int layer, const UnitWeights& w, int n, const std::v
   }
   // The layer's output scaled (Gemma 4), residual stream and all.
   if (w.layer_output_scale != nullptr) scale_in_place(x_.data(), n * dim, w.layer_output_scale[0]);
+}
+
+void Transformer::feed_forward(int layer, const UnitWeights& w, int n) {
+  const int hidden = model_.layers[static_cast<size_t>(layer)].hidden_dim;
+  matmul_each({{&w.ffn_gate, gate_.data()}, {&w.ffn_up, up_.data()}}, activations_, *pool_);
+  const auto activate = model_.family->feed_forward == FeedForward::kGeluTanh ? gelu_tanh_glu : swiglu;
+  for_each_position(n, hidden, [&](int i) { activate(at(gate_, i, hidden), at(up_, i, hidden), hidden); });
+  activations_.reset(gate_.data(), n, hidden);
+  matmul(w.ffn_down, activations_, proj_.data(), *pool_);
+}
+
+void Transformer::mixture_of_experts(int layer, const UnitWeights& w, int n) {
+  // As llama.cpp's build_moe_ffn: the router's probabilities (softmax, or
+  // sigmoid), the expert_used_count highest (by probability plus the
+  // choice's bias, where the family has one) in that order, weighted by
+  // their probabilities renormalised (the sum at least F16's smallest normal
+  // number); out = the sum over them of weight * down(silu(gate x) * up x),
+  // in the order chosen, plus the shared expert gated by sigmoid(its gate . x).
+  const ModelShape& s = shape_;
+  const int dim = s.dim;
+  const int experts = s.n_experts;
+  const int used = s.n_experts_used;
+  const int hidden = model_.layers[static_cast<size_t>(layer)].hidden_dim;
+  const auto rows = static_cast<size_t>(n);
+  expert_probs_.resize(rows * static_cast<size_t>(experts));
+  expert_weights_.resize(rows * static_cast<size_t>(used));
+  expert_choices_.resize(rows * static_cast<size_t>(used));
+  choice_out_.resize(rows * static_cast<size_t>(used) * static_cast<size_t>(dim));
+  expert_in_.resize(rows * static_cast<size_t>(dim));
+  expert_out_.resize(rows * static_cast<size_t>(dim));
+  matmul(w.ffn_gate_inp, activations_, expert_probs_.data(), *pool_);
+  for_each_position(n, experts, [&](int i) {
+    float* p = at(expert_probs_, i, experts);
+    if (s.sigmoid_gating) {
+      for (int e = 0; e < experts; ++e) p[e] = sigmoid(p[e]);
+    } else {
+      softmax(p, experts);
+    }
+    int* chosen = &expert_choices_[static_cast<size_t>(i) * static_cast<size_t>(used)];
+    float* weight = at(expert_weights_, i, used);
+    const auto score = [&](int e) { return w.expert_bias != nullptr ? p[e] + w.expert_bias[e] : p[e]; };
+    float sum = 0;
+    for (int k = 0; k < used; ++k) {
+      // The highest not yet chosen; the lower index on a tie.
+      int best = -1;
+      for (int e = 0; e < experts; ++e) {
+        if (std::find(chosen, chosen + k, e) != chosen + k) continue;
+        if (best < 0 || score(e) > score(best)) best = e;
+      }
+      chosen[k] = best;
+      weight[k] = p[best];
+      sum += p[best];
+    }
+    scale_in_place(weight, used, 1.0f / std::max(sum, 6.103515625e-5f));
+  });
+  // Expert by expert, the rows that chose it (the weights are read once per
+  // expert, whatever the number of positions).
+  for (int e = 0; e < experts; ++e) {
+    expert_rows_.clear();
+    for (size_t c = 0; c < expert_choices_.size(); ++c) {
+      if (expert_choices_[c] == e) expert_rows_.push_back(static_cast<int>(c));
+    }
+    if (expert_rows_.empty()) continue;
+    const auto m = static_cast<int>(expert_rows_.size());
+    for (int r = 0; r < m; ++r) {
+      std::copy_n(at(xb_, expert_rows_[static_cast<size_t>(r)] / used, dim), dim, at(expert_in_, r, dim));
+    }
+    activations_.reset(expert_in_.data(), m, dim);
+    const WeightMatrix gate = expert_rows_of(w.ffn_gate_exps, e, experts);
+    const WeightMatrix up = expert_rows_of(w.ffn_up_exps, e, experts);
+    matmul_each({{&gate, gate_.data()}, {&up, up_.data()}}, activations_, *pool_);
+    for_each_position(m, hidden, [&](int r) { swiglu(at(gate_, r, hidden), at(up_, r, hidden), hidden); });
+    activations_.reset(gate_.data(), m, hidden);
+    matmul(expert_rows_of(w.ffn_down_exps, e, experts), activations_, expert_out_.data(), *pool_);
+    for_each_position(m, dim, [&](int r) {
+      const int c = expert_rows_[static_cast<size_t>(r)];  // position * used + choice
+      float* out = at(choice_out_, c, dim);
+      const float* y = at(expert_out_, r, dim);
+      const float weight = expert_weights_[static_cast<size_t>(c)];
+      for (int j = 0; j < dim; ++j) out[j] = y[j] * weight;
+    });
+  }
+  for_each_position(n, dim, [&](int i) {
+    float* out = at(proj_, i, dim);
+    std::copy_n(at(choice_out_, i * used, dim), dim, out);
+    for (int k = 1; k < used; ++k) add_in_place(out, at(choice_out_, i * used + k, dim), dim);
+  });
+  if (w.ffn_gate_shexp) {
+    const int shared = s.shared_expert_hidden_dim;
+    activations_.reset(xb_.data(), n, dim);
+    matmul_each({{&w.ffn_gate_shexp, gate_.data()}, {&w.ffn_up_shexp, up_.data()}}, activations_, *pool_);
+    for_each_position(n, shared, [&](int i) { swiglu(at(gate_, i, shared), at(up_, i, shared), shared); });
+    activations_.reset(gate_.data(), n, shared);
+    matmul(w.ffn_down_shexp, activations_, expert_out_.data(), *pool_);
+    for_each_position(n, dim, [&](int i) {
+      const float* x = at(xb_, i, dim);
+      float g = 0;
+      for (int j = 0; j < dim; ++j) g += w.shared_expert_gate[j] * x[j];
+      const float gate_value = sigmoid(g);
+      float* out = at(proj_, i, dim);
+      const float* y = at(expert_out_, i, dim);
+      for (int j = 0; j < dim; ++j) out[j] += y[j] * gate_value;
+    });
+  }
 }
 
 void Transformer::attend(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments) {

@@ -108,6 +108,10 @@ class Transformer {
   void attend(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments);
   void delta_net(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments);
   void short_conv(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments);
+  // The dense feed-forward, or a mixture of experts, over xb_ (normalized,
+  // quantized in activations_); output in proj_.
+  void feed_forward(int layer, const UnitWeights& w, int n);
+  void mixture_of_experts(int layer, const UnitWeights& w, int n);
   // Calls run(first_row, count, state) over each segment's rows; in two runs
   // where the segment passes its state's pending checkpoint, which takes
   // the layer's state between them.
@@ -140,6 +144,12 @@ class Transformer {
   // B, C, x), the convolution's input and output, DeltaNet's output gate,
   // log-decay and strength per head, its output.
   std::vector<float> mix_in_, conv_in_, conv_out_, ssm_z_, ssm_g_, ssm_beta_, ssm_y_;
+  // A mixture of experts: each position's probability per expert, its
+  // choices and their weights (expert_used_count each, in the order
+  // chosen), the rows one expert runs (gathered), that expert's output, and
+  // each position's choices' outputs, [position][choice][feature].
+  std::vector<float> expert_probs_, expert_weights_, expert_in_, expert_out_, choice_out_;
+  std::vector<int> expert_choices_, expert_rows_;
   // Per rotary setup, per position: see rope_table().
   std::vector<std::vector<float>> rope_tables_;
   Activations activations_;    // the current matmul input, quantized once for all its users

@@ -202,7 +202,7 @@ export const ENGINE_EMBED_DEFAULTS = {
 } as const;
 
 /** The architectures (general.architecture) the engine runs. */
-export const ARCHITECTURES = ['llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'gemma4', 'phi3', 'qwen35', 'lfm2', 'smollm3'] as const;
+export const ARCHITECTURES = ['llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'gemma4', 'phi3', 'qwen35', 'lfm2', 'qwen3moe', 'qwen35moe', 'lfm2moe', 'smollm3'] as const;
 export type Architecture = (typeof ARCHITECTURES)[number];
 
 /** The engine's first range request of a file, and the most it reads for the header (http_source.h). */
@@ -260,6 +260,16 @@ export interface ModelHyperparameters {
   sharedKvLayers?: number;
   /** Floats of each layer's per-layer input. */
   nEmbdPerLayer?: number;
+  /** Experts of each mixture-of-experts layer. */
+  nExperts?: number;
+  /** Experts each position runs. */
+  nExpertsUsed?: number;
+  /** An expert's feed-forward width. */
+  expertHiddenDim?: number;
+  /** The shared expert's width (Qwen3.5-MoE). */
+  sharedExpertHiddenDim?: number;
+  /** The first layers, whose feed-forward is dense (LFM2-MoE). */
+  leadingDenseLayers?: number;
 }
 
 /** What a call answered at once returns: its value, or the error it threw. */
