@@ -15,7 +15,8 @@ import { SipLLM } from 'sipllm';
 import { RangeServer, cliPath, complete, expectReady, loadUrl, openDemo, pageStats, repoRoot, setFields } from './support.js';
 
 const FIXTURES = join(repoRoot, 'tests/fixtures/arch');
-const FAMILIES = ['llama3', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'phi3', 'smollm3', 'qwen35', 'lfm2', 'gemma4'];
+const FAMILIES = ['llama3', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'phi3', 'smollm3', 'qwen35', 'lfm2', 'gemma4', 'qwen3moe',
+                  'qwen35moe', 'lfm2moe'];
 const PROMPT = 'Once upon a time there was a little robot';
 const TOKENS = 12;
 const CONTEXT = 64;

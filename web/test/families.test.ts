@@ -11,7 +11,8 @@ import { SipLLM } from '../dist/index.js';
 import { RangeServer, collect, nativeRun, repoRoot } from './support.js';
 
 const FIXTURES = join(repoRoot, 'tests/fixtures/arch');
-const FAMILIES = ['llama3', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'phi3', 'smollm3', 'qwen35', 'lfm2', 'gemma4'];
+const FAMILIES = ['llama3', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'phi3', 'smollm3', 'qwen35', 'lfm2', 'gemma4', 'qwen3moe',
+                  'qwen35moe', 'lfm2moe'];
 const PROMPT = 'Once upon a time there was a little robot';
 const TOKENS = 12;
 
