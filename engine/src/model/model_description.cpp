@@ -561,14 +561,16 @@ uint64_t ModelDescription::weight_bytes() const {
 
 uint64_t ModelDescription::block_multiply_adds() const {
   uint64_t total = 0;
+  // A position runs the experts it chose: expert_used_count of each layer's.
+  for (int unit = first_expert; unit < n_units(); ++unit) {
+    for (const TensorSlice& slice : units[static_cast<size_t>(unit)].tensors) {
+      total += slice.rows * slice.tensor->row_length() * static_cast<uint64_t>(shape.n_experts_used) /
+               static_cast<uint64_t>(shape.n_experts);
+    }
+  }
   for (int unit = 0; unit < shape.n_layers; ++unit) {
     for (const TensorSlice& slice : units[static_cast<size_t>(unit)].tensors) {
-      if (slice.tensor == nullptr || slice.spec->is_vector()) continue;
-      const uint64_t products = slice.rows * slice.tensor->row_length();
-      // A position runs only the experts it chose.
-      total += slice.spec->per_expert ? products / static_cast<uint64_t>(shape.n_experts) *
-                                            static_cast<uint64_t>(shape.n_experts_used)
-                                      : products;
+      if (slice.tensor != nullptr && !slice.spec->is_vector()) total += slice.rows * slice.tensor->row_length();
     }
   }
   return total;
@@ -675,6 +677,7 @@ ModelDescription describe_model(const GgufFile& file, int context_length) {
   // below if the file has it.
   const auto held = [&](const TensorSpec& spec) { return !spec.per_layer_input || s.n_embd_per_layer > 0; };
   uint64_t largest_block = 0;
+  std::vector<std::vector<TensorSlice>> experts_of_layer(static_cast<size_t>(s.n_layers));
   for (int l = 0; l < s.n_layers; ++l) {
     UnitTensors unit;
     unit.name = "block " + std::to_string(l);
@@ -683,6 +686,10 @@ ModelDescription describe_model(const GgufFile& file, int context_length) {
     const auto add = [&](const std::string& name, const TensorSpec& spec, const LayerShape* sizes) {
       const GgufTensorInfo* t = tensors.find(name, spec, sizes);
       if (t == nullptr) return;
+      if (spec.per_expert) {  // its own units, below
+        experts_of_layer[static_cast<size_t>(l)].push_back(whole(t, &spec));
+        return;
+      }
       unit.tensors.push_back(whole(t, &spec));
       unit.bytes += t->bytes;
     };
@@ -743,6 +750,24 @@ ModelDescription describe_model(const GgufFile& file, int context_length) {
     piece.tensors.push_back(TensorSlice{output, &output_spec(), first, rows});
     for (const TensorSlice& t : piece.tensors) piece.bytes += t.bytes();
     d.units.push_back(std::move(piece));
+  }
+  // Each expert: its run of rows of each of its layer's expert tensors.
+  d.first_expert = d.n_units();
+  d.first_expert_of_layer.assign(static_cast<size_t>(s.n_layers), -1);
+  for (int l = 0; l < s.n_layers; ++l) {
+    const std::vector<TensorSlice>& whole_tensors = experts_of_layer[static_cast<size_t>(l)];
+    if (whole_tensors.empty()) continue;
+    d.first_expert_of_layer[static_cast<size_t>(l)] = d.n_units();
+    for (int e = 0; e < s.n_experts; ++e) {
+      UnitTensors expert;
+      expert.name = "block " + std::to_string(l) + " expert " + std::to_string(e);
+      for (const TensorSlice& t : whole_tensors) {
+        const uint64_t rows = t.rows / static_cast<uint64_t>(s.n_experts);
+        expert.tensors.push_back(TensorSlice{t.tensor, t.spec, static_cast<uint64_t>(e) * rows, rows});
+        expert.bytes += expert.tensors.back().bytes();
+      }
+      d.units.push_back(std::move(expert));
+    }
   }
   for (const GgufTensorInfo& t : file.tensors()) {
     for (const std::string& part : family.unused_tensors) {

@@ -323,14 +323,19 @@ struct ModelDescription {
   const GgufTensorInfo* per_layer_token_embd = nullptr;
   const GgufTensorInfo* rope_factors = nullptr;  // per-pair frequency divisors, or null
   // Units 0 .. n_layers-1 are the blocks (block 0 with the family's
-  // first_block tensors); the rest are the output head, cut
+  // first_block tensors); then the output head, cut
   // into pieces of whole output rows no larger than a block, so the ring's
   // buffers never need more than a block (a vocabulary-heavy head can be many
   // blocks' worth). A head piece lists output_norm (the first piece only) and
   // its rows of output (which is token_embd itself when the file ties them).
+  // Last, a mixture of experts' experts, a unit each (its rows of the gate,
+  // up and down tensors), layer by layer: a block holds its router, not its
+  // experts, so that only the experts its positions choose are read.
   std::vector<UnitTensors> units;
   bool tied_output = false;
   uint64_t head_rows_per_piece = 0;
+  int first_expert = 0;                  // the first expert unit (n_units() when none)
+  std::vector<int> first_expert_of_layer;  // per layer; -1: a dense layer
 
   // Whether any layer keeps a recurrent state (which cannot be cut back to
   // an earlier position as the KV cache can).
@@ -338,8 +343,12 @@ struct ModelDescription {
   std::vector<int> layer_kv_dims() const;
 
   int first_head_unit() const { return shape.n_layers; }
+  int end_head_unit() const { return first_expert; }
   int n_units() const { return static_cast<int>(units.size()); }
-  bool is_head(int unit) const { return unit >= shape.n_layers; }
+  bool is_head(int unit) const { return unit >= shape.n_layers && unit < first_expert; }
+  bool is_expert(int unit) const { return unit >= first_expert; }
+  // Expert e of an expert layer's unit.
+  int expert_unit(int layer, int e) const { return first_expert_of_layer[static_cast<size_t>(layer)] + e; }
   // Every unit plus the tables read by row (an untied token_embd,
   // per_layer_token_embd).
   uint64_t weight_bytes() const;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,40 @@ TEST(Experts, EveryExpertIsReachedBySomeTokenAndReadFromItsOwnRows) {
       }
     }
     EXPECT_GE(layers_checked, 4);
+  }
+}
+
+// Experts are units of their own: with nothing kept in memory, a pass over
+// one position reads each block without its experts, the head, and in each
+// expert layer only the expert_used_count experts the position chose; the
+// same logits as with everything resident.
+TEST(Experts, OnlyTheChosenExpertsAreRead) {
+  for (const char* name : {"qwen3moe-Q8_0.gguf", "lfm2moe-Q4_K_M.gguf"}) {
+    SCOPED_TRACE(name);
+    const std::vector<uint8_t> bytes = fixture_bytes(name);
+    EngineOptions options;
+    options.loader.memory_budget = 0;
+    options.loader.mode = LoaderMode::kSync;
+    auto streamed = Engine::open(make_memory_source(bytes), options);
+    const std::vector<float> logits = streamed->evaluate({1});
+    const LoaderStats stats = streamed->loader_stats();
+    // Blocks and head whole; per expert layer, its chosen experts (the
+    // experts of one layer are as large as each other).
+    const auto used = static_cast<uint64_t>(streamed->info().hyperparameter("n_experts_used"));
+    uint64_t expected = 0;
+    for (const UnitCounters& unit : stats.units) {
+      if (unit.name.find(" expert ") == std::string::npos) {
+        expected += unit.bytes;
+      } else if (unit.name.size() > 9 && unit.name.compare(unit.name.size() - 9, 9, " expert 0") == 0) {
+        expected += used * unit.bytes;
+      }
+    }
+    EXPECT_EQ(stats.bytes_read, expected);
+    EXPECT_LT(stats.bytes_read, streamed->info().weight_bytes);
+    std::printf("%s: %llu bytes read for one position of %llu bytes of weights\n", name,
+                static_cast<unsigned long long>(stats.bytes_read),
+                static_cast<unsigned long long>(streamed->info().weight_bytes));
+    EXPECT_EQ(Engine::open(make_memory_source(bytes))->evaluate({1}), logits);
   }
 }
 

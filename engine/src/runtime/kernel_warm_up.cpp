@@ -17,10 +17,14 @@ std::vector<int> KernelWarmUp::one_layer_of_each_kind(const ModelDescription& mo
     const LayerShape& layer = model.layers[static_cast<size_t>(l)];
     std::string kind = std::to_string(static_cast<int>(layer.kind)) + "/" + std::to_string(layer.sliding_window) +
                        "/" + std::to_string(layer.rotary) + "/" + std::to_string(layer.kv_source == l);
-    for (const TensorSlice& slice : model.units[static_cast<size_t>(l)].tensors) {
-      if (slice.tensor == nullptr) continue;
-      kind += "/" + slice.spec->name + ":" + std::to_string(static_cast<int>(prepared_type(slice, plan.unpack_5bit)));
-    }
+    const auto add_tensors = [&](int unit) {
+      for (const TensorSlice& slice : model.units[static_cast<size_t>(unit)].tensors) {
+        if (slice.tensor == nullptr) continue;
+        kind += "/" + slice.spec->name + ":" + std::to_string(static_cast<int>(prepared_type(slice, plan.unpack_5bit)));
+      }
+    };
+    add_tensors(l);
+    if (layer.experts) add_tensors(model.expert_unit(l, 0));
     first.emplace(kind, l);
   }
   std::vector<int> layers;
@@ -61,38 +65,38 @@ KernelWarmUp::KernelWarmUp(const ModelDescription& model, const MemoryPlan& plan
       cache_(kept_kv_dims(model, layers_kept(model, layers_)), positions_ + 1, kv_cache_type),
       state_(model, layers_kept(model, layers_)) {
   const ModelShape& shape = model.shape;
-  for (int layer : layers_) {
-    Block block{layer, UnitWeights{}};
-    for (const TensorSlice& slice : model.units[static_cast<size_t>(layer)].tensors) {
+  // A unit's weights, synthetic: vectors whole, each matrix cut to a few
+  // rows (the kernels' work per row does not depend on how many there are,
+  // and the rest of its output keeps whatever the activations held).
+  const auto synthetic = [&](int unit, int layer) {
+    UnitWeights weights;
+    for (const TensorSlice& slice : model.units[static_cast<size_t>(unit)].tensors) {
       if (slice.tensor == nullptr) continue;
       const TensorSpec& spec = *slice.spec;
       if (spec.is_vector()) {
         std::vector<float>& v = vectors_.emplace_back(static_cast<size_t>(slice.tensor->elements));
         fill(v.data(), v.size());
-        block.weights.*spec.vector = v.data();
+        weights.*spec.vector = v.data();
         continue;
       }
-      // Each matrix cut to a few rows: the kernels' work per row does not
-      // depend on how many there are, and the rest of its output keeps
-      // whatever the activations held.
       const TensorType type = prepared_type(slice, plan.unpack_5bit);
       const auto cols = static_cast<int>(slice.tensor->row_length());
       for (const TensorSpec::RowRange& part : spec.matrices) {
         const uint64_t rows = spec.matrices.size() == 1
                                   ? slice.rows
                                   : shape.size(part.rows, model.layers[static_cast<size_t>(layer)]);
-        // Every expert keeps a few rows (whole tiles), so that whichever
-        // the synthetic router picks has its own.
-        const auto experts = static_cast<uint64_t>(shape.n_experts);
-        const uint64_t kept = spec.per_expert
-                                  ? experts * std::min<uint64_t>(rows / experts, kExpertRows)
-                                  : std::min<uint64_t>(rows, kRows);
-        block.weights.*part.matrix = make_matrix(type, static_cast<int>(kept), cols);
+        weights.*part.matrix = make_matrix(type, static_cast<int>(std::min<uint64_t>(rows, kRows)), cols);
       }
     }
+    return weights;
+  };
+  for (int layer : layers_) {
+    Block block{layer, synthetic(layer, layer), UnitWeights{}};
+    // An expert layer's experts: one synthetic expert stands for each.
+    if (model.layers[static_cast<size_t>(layer)].experts) block.expert = synthetic(model.expert_unit(layer, 0), layer);
     blocks_.push_back(block);
   }
-  for (int u = model.first_head_unit(); u < model.n_units(); ++u) {
+  for (int u = model.first_head_unit(); u < model.end_head_unit(); ++u) {
     for (const TensorSlice& slice : model.units[static_cast<size_t>(u)].tensors) {
       if (slice.tensor == nullptr || slice.spec->is_vector()) continue;
       const TensorType type = prepared_type(slice, plan.unpack_5bit);
@@ -143,9 +147,9 @@ void KernelWarmUp::run_round(ThreadPool& pool, const std::function<bool()>& stop
   state_.clear(true);
   for (const Block& block : blocks_) {
     if (stop()) return;
-    transformer_.run_synthetic_block(block.layer, block.weights, input_.data(), positions_, 0, cache_, state_, pool);
+    transformer_.run_synthetic_block(block.layer, block.weights, &block.expert, input_.data(), positions_, 0, cache_, state_, pool);
     if (stop()) return;
-    transformer_.run_synthetic_block(block.layer, block.weights, input_.data(), 1, positions_, cache_, state_, pool);
+    transformer_.run_synthetic_block(block.layer, block.weights, &block.expert, input_.data(), 1, positions_, cache_, state_, pool);
   }
   for (const int n : {positions_, 1}) {
     for (const WeightMatrix& m : head_) {

@@ -31,12 +31,10 @@ class KernelWarmUp {
  public:
   static constexpr int kPositions = 64;
   static constexpr int kRows = 64;
-  static constexpr int kExpertRows = 8;  // per expert, of a 3-D expert tensor
 
   // `transformer` is the engine's: its activations (sized for the plan's
   // prefill chunk) serve the warm-up too, so that it takes no memory the
-  // plan did not count but the synthetic weights (kRows rows per matrix,
-  // kExpertRows per expert)
+  // plan did not count but the synthetic weights (kRows rows per matrix)
   // and a cache and state for the layers it runs.
   KernelWarmUp(const ModelDescription& model, const MemoryPlan& plan, KvCacheType kv_cache_type,
                Transformer& transformer);
@@ -59,6 +57,7 @@ class KernelWarmUp {
   struct Block {
     int layer;
     UnitWeights weights;
+    UnitWeights expert;  // an expert layer's: what every expert chosen runs
   };
 
   // A matrix of `rows` rows of synthetic values, in `type` and the kernels' layout.

@@ -309,8 +309,8 @@ std::vector<int> LayerLoader::lookahead() const {
   };
   if (in_use_ >= 0) consider(in_use_);
   for (int unit : announced_) consider(unit);
-  if (continuation_) {
-    for (int unit = 0; unit < n_units(); ++unit) consider(unit);
+  if (continuation_) {  // a pass's blocks and head; its experts are known only as it runs
+    for (int unit = 0; unit < model_.end_head_unit(); ++unit) consider(unit);
   }
   return window;
 }
@@ -431,6 +431,14 @@ void LayerLoader::announce(const std::vector<int>& units) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     announced_.insert(announced_.end(), units.begin(), units.end());
+  }
+  wake_all();
+}
+
+void LayerLoader::announce_next(const std::vector<int>& units) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    announced_.insert(announced_.begin(), units.begin(), units.end());
   }
   wake_all();
 }

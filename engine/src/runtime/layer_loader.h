@@ -69,6 +69,9 @@ class LayerLoader {
 
   // Appends units the compute thread will acquire next, in order.
   void announce(const std::vector<int>& units);
+  // Puts units before those announced: the ones the compute thread takes
+  // first (the experts a layer's positions chose, known once it has routed).
+  void announce_next(const std::vector<int>& units);
   // Whether another pass over the model is expected after the announced units.
   void set_continuation(bool expected);
 

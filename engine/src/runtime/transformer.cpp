@@ -37,14 +37,6 @@ void silu_in_place(float* x, int n) {
   for (int i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
 }
 
-// Expert e's rows of a 3-D expert tensor (TensorSpec::per_expert): each
-// expert's rows are a run of whole tiles (describe_model checks), so the
-// range is right in either layout.
-WeightMatrix expert_rows_of(const WeightMatrix& m, int e, int experts) {
-  const int rows = m.rows / experts;
-  return m.row_range(e * rows, rows);
-}
-
 }  // namespace
 
 Transformer::Transformer(const ModelDescription& model, LayerLoader& loader, ThreadPool& pool,
@@ -100,10 +92,10 @@ uint64_t Transformer::working_bytes(const ModelDescription& model, int prefill_c
     widest_mix = s.ssm_inner;
   }
   // A mixture of experts: each position's probabilities, choices and
-  // weights, its rows gathered for one expert, that expert's output, and
-  // each choice's output.
+  // weights, its rows gathered for one expert, that expert's output, the
+  // shared expert's, and each choice's output.
   if (s.n_experts > 0) {
-    floats_per_position += static_cast<uint64_t>(s.n_experts) + 2ull * s.n_experts_used + 2ull * s.dim +
+    floats_per_position += static_cast<uint64_t>(s.n_experts) + 2ull * s.n_experts_used + 3ull * s.dim +
                            static_cast<uint64_t>(s.n_experts_used) * static_cast<uint64_t>(s.dim);
   }
   // Both 8-bit forms of the widest input.
@@ -145,7 +137,7 @@ void Transformer::prefill(const int32_t* tokens, int n, int start_pos, KvCache& 
   for (int c = 0; c < n_chunks; ++c) {
     for (int l = 0; l < n_layers; ++l) plan.push_back(l);
     if (all_positions || c == n_chunks - 1) {
-      for (int u = model_.first_head_unit(); u < model_.n_units(); ++u) plan.push_back(u);
+      for (int u = model_.first_head_unit(); u < model_.end_head_unit(); ++u) plan.push_back(u);
     }
   }
   loader_.announce(plan);
@@ -184,11 +176,28 @@ void Transformer::forward_rows(const int32_t* tokens, const std::vector<Segment>
     const UnitWeights& w = loader_.acquire(l);
     run_block(l, w, m, segments);
     loader_.release(l);
+    // A mixture of experts: the experts the positions chose, each its own
+    // unit, read once for all the positions that chose it.
+    if (model_.layers[static_cast<size_t>(l)].experts) {
+      const std::vector<int> experts = chosen_experts();
+      std::vector<int> units;
+      for (int e : experts) units.push_back(model_.expert_unit(l, e));
+      loader_.announce_next(units);
+      run_experts(l, m, experts, [&](int e) -> const UnitWeights& { return loader_.acquire(model_.expert_unit(l, e)); },
+                  [&](int e) { loader_.release(model_.expert_unit(l, e)); });
+    }
   }
 }
 
-void Transformer::run_synthetic_block(int layer, const UnitWeights& w, const float* input, int n, int start_pos,
-                                      KvCache& cache, RecurrentState& state, ThreadPool& pool) {
+std::vector<int> Transformer::chosen_experts() const {
+  std::vector<int> experts(expert_choices_.begin(), expert_choices_.end());
+  std::sort(experts.begin(), experts.end());
+  experts.erase(std::unique(experts.begin(), experts.end()), experts.end());
+  return experts;
+}
+
+void Transformer::run_synthetic_block(int layer, const UnitWeights& w, const UnitWeights* expert, const float* input,
+                                      int n, int start_pos, KvCache& cache, RecurrentState& state, ThreadPool& pool) {
   struct RestorePool {
     ThreadPool*& current;
     ThreadPool* const own;
@@ -199,6 +208,9 @@ void Transformer::run_synthetic_block(int layer, const UnitWeights& w, const flo
   size_rows(segments);
   std::copy_n(input, static_cast<size_t>(n) * static_cast<size_t>(shape_.dim), x_.begin());
   run_block(layer, w, n, segments);
+  if (model_.layers[static_cast<size_t>(layer)].experts) {
+    run_experts(layer, n, chosen_experts(), [&](int) -> const UnitWeights& { return *expert; }, [](int) {});
+  }
 }
 
 int Transformer::size_rows(const std::vector<Segment>& segments) {
@@ -355,10 +367,10 @@ void Transformer::run_block(int layer, const UnitWeights& w, int n, const std::v
   for_each_position(n, dim, [&](int i) { rmsnorm(at(xb_, i, dim), at(x_, i, dim), w.ffn_norm, dim, s.rms_eps); });
   activations_.reset(xb_.data(), n, dim);
   if (model_.layers[static_cast<size_t>(layer)].experts) {
-    mixture_of_experts(layer, w, n);
-  } else {
-    feed_forward(layer, w, n);
+    route(w, n);  // the experts themselves run after this unit (run_experts)
+    return;
   }
+  feed_forward(layer, w, n);
   add_branch(w.post_ffw_norm);
 
   // Gemma 4's per-layer input: x += post_norm(proj(gelu(gate x) * input)).
@@ -387,25 +399,24 @@ void Transformer::feed_forward(int layer, const UnitWeights& w, int n) {
   matmul(w.ffn_down, activations_, proj_.data(), *pool_);
 }
 
-void Transformer::mixture_of_experts(int layer, const UnitWeights& w, int n) {
+void Transformer::route(const UnitWeights& w, int n) {
   // As llama.cpp's build_moe_ffn: the router's probabilities (softmax, or
   // sigmoid), the expert_used_count highest (by probability plus the
   // choice's bias, where the family has one) in that order, weighted by
   // their probabilities renormalised (the sum at least F16's smallest normal
-  // number); out = the sum over them of weight * down(silu(gate x) * up x),
-  // in the order chosen, plus the shared expert gated by sigmoid(its gate . x).
+  // number). The shared expert (Qwen3.5-MoE), gated by sigmoid(its gate . x),
+  // goes to shared_out_.
   const ModelShape& s = shape_;
   const int dim = s.dim;
   const int experts = s.n_experts;
   const int used = s.n_experts_used;
-  const int hidden = model_.layers[static_cast<size_t>(layer)].hidden_dim;
   const auto rows = static_cast<size_t>(n);
   expert_probs_.resize(rows * static_cast<size_t>(experts));
   expert_weights_.resize(rows * static_cast<size_t>(used));
   expert_choices_.resize(rows * static_cast<size_t>(used));
-  choice_out_.resize(rows * static_cast<size_t>(used) * static_cast<size_t>(dim));
   expert_in_.resize(rows * static_cast<size_t>(dim));
   expert_out_.resize(rows * static_cast<size_t>(dim));
+  choice_out_.resize(rows * static_cast<size_t>(used) * static_cast<size_t>(dim));
   matmul(w.ffn_gate_inp, activations_, expert_probs_.data(), *pool_);
   for_each_position(n, experts, [&](int i) {
     float* p = at(expert_probs_, i, experts);
@@ -431,25 +442,47 @@ void Transformer::mixture_of_experts(int layer, const UnitWeights& w, int n) {
     }
     scale_in_place(weight, used, 1.0f / std::max(sum, 6.103515625e-5f));
   });
-  // Expert by expert, the rows that chose it (the weights are read once per
-  // expert, whatever the number of positions).
-  for (int e = 0; e < experts; ++e) {
+  shared_out_.clear();
+  if (w.ffn_gate_shexp) {
+    const int shared = s.shared_expert_hidden_dim;
+    shared_out_.resize(rows * static_cast<size_t>(dim));
+    matmul_each({{&w.ffn_gate_shexp, gate_.data()}, {&w.ffn_up_shexp, up_.data()}}, activations_, *pool_);
+    for_each_position(n, shared, [&](int i) { swiglu(at(gate_, i, shared), at(up_, i, shared), shared); });
+    activations_.reset(gate_.data(), n, shared);
+    matmul(w.ffn_down_shexp, activations_, shared_out_.data(), *pool_);
+    for_each_position(n, dim, [&](int i) {
+      const float* x = at(xb_, i, dim);
+      float g = 0;
+      for (int j = 0; j < dim; ++j) g += w.shared_expert_gate[j] * x[j];
+      scale_in_place(at(shared_out_, i, dim), dim, sigmoid(g));
+    });
+  }
+}
+
+void Transformer::run_experts(int layer, int n, const std::vector<int>& experts,
+                              const std::function<const UnitWeights&(int)>& acquire,
+                              const std::function<void(int)>& release) {
+  // out = the sum over a position's choices of weight * down(silu(gate x) *
+  // up x), in the order chosen, plus the shared expert's output; x += out.
+  const int dim = shape_.dim;
+  const int used = shape_.n_experts_used;
+  const int hidden = model_.layers[static_cast<size_t>(layer)].hidden_dim;
+  for (int e : experts) {
     expert_rows_.clear();
     for (size_t c = 0; c < expert_choices_.size(); ++c) {
       if (expert_choices_[c] == e) expert_rows_.push_back(static_cast<int>(c));
     }
-    if (expert_rows_.empty()) continue;
     const auto m = static_cast<int>(expert_rows_.size());
     for (int r = 0; r < m; ++r) {
       std::copy_n(at(xb_, expert_rows_[static_cast<size_t>(r)] / used, dim), dim, at(expert_in_, r, dim));
     }
+    const UnitWeights& w = acquire(e);
     activations_.reset(expert_in_.data(), m, dim);
-    const WeightMatrix gate = expert_rows_of(w.ffn_gate_exps, e, experts);
-    const WeightMatrix up = expert_rows_of(w.ffn_up_exps, e, experts);
-    matmul_each({{&gate, gate_.data()}, {&up, up_.data()}}, activations_, *pool_);
+    matmul_each({{&w.ffn_gate_exps, gate_.data()}, {&w.ffn_up_exps, up_.data()}}, activations_, *pool_);
     for_each_position(m, hidden, [&](int r) { swiglu(at(gate_, r, hidden), at(up_, r, hidden), hidden); });
     activations_.reset(gate_.data(), m, hidden);
-    matmul(expert_rows_of(w.ffn_down_exps, e, experts), activations_, expert_out_.data(), *pool_);
+    matmul(w.ffn_down_exps, activations_, expert_out_.data(), *pool_);
+    release(e);
     for_each_position(m, dim, [&](int r) {
       const int c = expert_rows_[static_cast<size_t>(r)];  // position * used + choice
       float* out = at(choice_out_, c, dim);
@@ -462,24 +495,9 @@ void Transformer::mixture_of_experts(int layer, const UnitWeights& w, int n) {
     float* out = at(proj_, i, dim);
     std::copy_n(at(choice_out_, i * used, dim), dim, out);
     for (int k = 1; k < used; ++k) add_in_place(out, at(choice_out_, i * used + k, dim), dim);
+    if (!shared_out_.empty()) add_in_place(out, at(shared_out_, i, dim), dim);
+    add_in_place(at(x_, i, dim), out, dim);
   });
-  if (w.ffn_gate_shexp) {
-    const int shared = s.shared_expert_hidden_dim;
-    activations_.reset(xb_.data(), n, dim);
-    matmul_each({{&w.ffn_gate_shexp, gate_.data()}, {&w.ffn_up_shexp, up_.data()}}, activations_, *pool_);
-    for_each_position(n, shared, [&](int i) { swiglu(at(gate_, i, shared), at(up_, i, shared), shared); });
-    activations_.reset(gate_.data(), n, shared);
-    matmul(w.ffn_down_shexp, activations_, expert_out_.data(), *pool_);
-    for_each_position(n, dim, [&](int i) {
-      const float* x = at(xb_, i, dim);
-      float g = 0;
-      for (int j = 0; j < dim; ++j) g += w.shared_expert_gate[j] * x[j];
-      const float gate_value = sigmoid(g);
-      float* out = at(proj_, i, dim);
-      const float* y = at(expert_out_, i, dim);
-      for (int j = 0; j < dim; ++j) out[j] += y[j] * gate_value;
-    });
-  }
 }
 
 void Transformer::attend(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments) {
@@ -663,7 +681,7 @@ void Transformer::run_head(int first, int count, float* logits) {
   const int dim = shape_.dim;
   const int vocab = shape_.n_vocab;
   int row = 0;
-  for (int u = model_.first_head_unit(); u < model_.n_units(); ++u) {
+  for (int u = model_.first_head_unit(); u < model_.end_head_unit(); ++u) {
     const UnitWeights& w = loader_.acquire(u);
     if (u == model_.first_head_unit()) {
       for (int i = 0; i < count; ++i) {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kernels/activation_quant.h"
@@ -62,8 +63,9 @@ class Transformer {
   // `w` (synthetic ones) over n rows of `input` (dim floats each) at
   // positions start_pos.. of `cache` and `state`, on `pool`. What the
   // activations hold afterwards is of no use; the next pass overwrites it.
-  void run_synthetic_block(int layer, const UnitWeights& w, const float* input, int n, int start_pos,
-                           KvCache& cache, RecurrentState& state, ThreadPool& pool);
+  // In an expert layer, every expert chosen is `expert` (synthetic too).
+  void run_synthetic_block(int layer, const UnitWeights& w, const UnitWeights* expert, const float* input, int n,
+                           int start_pos, KvCache& cache, RecurrentState& state, ThreadPool& pool);
 
   int prefill_chunk() const { return chunk_; }
 
@@ -108,10 +110,18 @@ class Transformer {
   void attend(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments);
   void delta_net(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments);
   void short_conv(int layer, const UnitWeights& w, int n, const std::vector<Segment>& segments);
-  // The dense feed-forward, or a mixture of experts, over xb_ (normalized,
-  // quantized in activations_); output in proj_.
+  // The dense feed-forward over xb_ (normalized, quantized in
+  // activations_); output in proj_.
   void feed_forward(int layer, const UnitWeights& w, int n);
-  void mixture_of_experts(int layer, const UnitWeights& w, int n);
+  // A mixture of experts in two steps: with the block's unit, each
+  // position's choice of experts (and the shared expert's output); then,
+  // the block's unit released, each chosen expert's unit (acquire(e) ...
+  // release(e)) over the positions that chose it, their sum added to x_.
+  void route(const UnitWeights& w, int n);
+  void run_experts(int layer, int n, const std::vector<int>& experts,
+                   const std::function<const UnitWeights&(int)>& acquire, const std::function<void(int)>& release);
+  // The experts some position chose in route(), ascending.
+  std::vector<int> chosen_experts() const;
   // Calls run(first_row, count, state) over each segment's rows; in two runs
   // where the segment passes its state's pending checkpoint, which takes
   // the layer's state between them.
@@ -148,7 +158,7 @@ class Transformer {
   // choices and their weights (expert_used_count each, in the order
   // chosen), the rows one expert runs (gathered), that expert's output, and
   // each position's choices' outputs, [position][choice][feature].
-  std::vector<float> expert_probs_, expert_weights_, expert_in_, expert_out_, choice_out_;
+  std::vector<float> expert_probs_, expert_weights_, expert_in_, expert_out_, choice_out_, shared_out_;
   std::vector<int> expert_choices_, expert_rows_;
   // Per rotary setup, per position: see rope_table().
   std::vector<std::vector<float>> rope_tables_;
