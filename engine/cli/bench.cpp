@@ -152,9 +152,18 @@ void print_report(const GenerationStats& s, const GenerationStats* again, const 
               s.decode_tokens_per_s(), s.decode_ms, s.generated_tokens,
               s.generated_tokens > 1 ? s.decode_ms / (s.generated_tokens - 1) : 0.0);
   // Every decode step reads every unit's weights once, resident or streamed,
-  // as they lie in memory.
+  // as they lie in memory; of a mixture's experts, the ones a token uses
+  // (n_experts_used of each layer's n_experts).
   uint64_t weights_per_token = 0;
-  for (const UnitCounters& u : l.units) weights_per_token += u.memory_bytes;
+  uint64_t expert_bytes = 0;
+  for (const UnitCounters& u : l.units) {
+    (u.name.find(" expert ") == std::string::npos ? weights_per_token : expert_bytes) += u.memory_bytes;
+  }
+  const double experts = engine.info().hyperparameter("n_experts");
+  if (experts > 0) {
+    weights_per_token += static_cast<uint64_t>(static_cast<double>(expert_bytes) *
+                                               engine.info().hyperparameter("n_experts_used") / experts);
+  }
   const int threads = common.engine.threads > 0 ? common.engine.threads
                                                 : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // The probe with as many threads as decoding used, and with one.

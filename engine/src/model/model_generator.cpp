@@ -84,7 +84,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 std::vector<std::string> shape_preset_names() {
   return {"tiny", "tiny-k", "kquant-small", "smollm-135m", "qwen2.5-0.5b", "qwen3-0.6b", "gemma3-1b",
-          "llama-3.2-1b", "llama-3.1-8b", "qwen3.5-0.8b", "qwen3.5-2b", "lfm2.5-1.2b", "gemma-4-e2b"};
+          "llama-3.2-1b", "llama-3.1-8b", "qwen3.5-0.8b", "qwen3.5-2b", "lfm2.5-1.2b", "gemma-4-e2b",
+          "lfm2-8b-a1b", "qwen3-30b-a3b"};
 }
 
 ShapePreset shape_preset(const std::string& name) {
@@ -134,6 +135,27 @@ ShapePreset shape_preset(const std::string& name) {
     s.context_length = 262144, s.rope_freq_base = 10000000.0f, s.rms_eps = 1e-6f, s.rope_dims = 64;
     s.conv_kernel = 4, s.full_attention_interval = 4, s.ssm_key_heads = 16, s.ssm_value_heads = 16, s.ssm_head = 128;
     s.vocab_size = 248320;
+  } else if (name == "lfm2-8b-a1b") {
+    // LiquidAI/LFM2-8B-A1B's config.json: hidden 2048, 24 layers, 32 heads of
+    // 64 and 8 KV heads, attention on layers 2, 6, 10, 14, 18, 21, conv_L_cache
+    // 3; the first 2 layers dense (intermediate 7168), the others 32 experts of
+    // 1792, 4 per token, sigmoid scores with an expert bias; rope theta 1e6,
+    // tied, 65,536 tokens.
+    s.architecture = "lfm2moe";
+    s.dim = 2048, s.n_layers = 24, s.n_heads = 32, s.n_kv_heads = 8, s.hidden_dim = 7168;
+    s.context_length = 128000, s.rope_freq_base = 1000000.0f;
+    s.conv_kernel = 3, s.attention_layers = {2, 6, 10, 14, 18, 21};
+    s.n_experts = 32, s.n_experts_used = 4, s.expert_hidden_dim = 1792, s.leading_dense_layers = 2;
+    s.vocab_size = 65536;
+  } else if (name == "qwen3-30b-a3b") {
+    // Qwen/Qwen3-30B-A3B's config.json: hidden 2048, 48 layers, 32 heads of
+    // 128 and 4 KV heads, 128 experts of 768 on every layer, 8 per token,
+    // rope theta 1e6, untied, 151,936 tokens.
+    s.architecture = "qwen3moe";
+    s.dim = 2048, s.n_layers = 48, s.n_heads = 32, s.n_kv_heads = 4, s.head_dim = 128, s.hidden_dim = 6144;
+    s.context_length = 40960, s.rope_freq_base = 1000000.0f, s.rms_eps = 1e-6f, s.tied_output = false;
+    s.n_experts = 128, s.n_experts_used = 8, s.expert_hidden_dim = 768;
+    s.vocab_size = 151936;
   } else if (name == "lfm2.5-1.2b") {
     // LiquidAI/LFM2-1.2B's config.json, whose architecture LFM2.5-1.2B
     // keeps: hidden 2048, 16 layers, 32 heads of 64 and 8 KV heads,

@@ -76,7 +76,8 @@ struct ShapePreset {
 // "lfm2.5-1.2b" (lfm2: short convolutions with six attention layers) and
 // "gemma-4-e2b" (gemma4: per-layer embeddings, twenty layers sharing K/V),
 // these four with their vocabularies' sizes (248,320, 65,536 and 262,144
-// tokens).
+// tokens), and the mixtures of experts "lfm2-8b-a1b" (lfm2moe) and
+// "qwen3-30b-a3b" (qwen3moe).
 // Throws for an unknown name.
 ShapePreset shape_preset(const std::string& name);
 std::vector<std::string> shape_preset_names();

@@ -139,7 +139,7 @@ function wireOptions(options: GenerateOptions): EngineGenerateOptions {
 function checkNumber(options: LoadOptions, key: keyof LoadOptions): void {
   const value = options[key];
   if (value !== undefined && (typeof value !== 'number' || Number.isNaN(value) || value < 0)) {
-    throw new InvalidArgumentError(`option '${key}' must be a number >= 0`);
+    throw new InvalidArgumentError(`option '${key}' must be a number >= 0`, key);
   }
 }
 
