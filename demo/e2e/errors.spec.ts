@@ -95,5 +95,6 @@ test('a memory budget too small for the model is out of budget', async ({ page }
 test('a sampling setting out of range is named before anything runs', async ({ page }) => {
   await setFields(page, { 'top-p': 2 });
   await page.locator('#generate').click();
-  await expectFailure(page, 'settings', /out of range/, /Top-p must be a number from 0 to 1, not '2'/);
+  // The engine's range, checked before a job is queued, in its words.
+  await expectFailure(page, 'settings', /out of range/, /option 'topP' must be above 0 and at most 1, not 2/);
 });

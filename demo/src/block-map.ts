@@ -35,10 +35,13 @@ const PHASE_TEXT: Record<LoadProgress['phase'], string> = {
 const RATE_WINDOW_MS = 3000;
 const MIN_RATE_SPAN_MS = 300;
 
-// "block 12" shows as 12, "output head 3/48" as h3: the title has the rest.
+// "block 12" shows as 12, "output head 3/48" as h3, "block 12 expert 5" as
+// 12e5: the title has the rest.
 function shortName(name: string): string {
   const block = /^block (\d+)$/.exec(name);
   if (block !== null) return block[1];
+  const expert = /^block (\d+) expert (\d+)$/.exec(name);
+  if (expert !== null) return `${expert[1]}e${expert[2]}`;
   const head = /^output head(?: (\d+)\/\d+)?$/.exec(name);
   if (head !== null) return `h${head[1] ?? ''}`;
   return name;

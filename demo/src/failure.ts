@@ -7,7 +7,7 @@
 // server can ask the model's server itself (/__sipllm/probe), which tells
 // them apart.
 
-import { SipLLMError } from 'sipllm';
+import { ARCHITECTURES, InvalidArgumentError, SipLLMError } from 'sipllm';
 
 import type { ProbeReport } from '../vite.config.js';
 import { SettingsError } from './settings.js';
@@ -80,7 +80,9 @@ async function explainNetwork(url: string | null, message: string): Promise<Fail
 }
 
 export async function describeFailure(error: unknown, url: string | null): Promise<Failure> {
-  if (error instanceof SettingsError) {
+  // A field that is not a number (the form's), or a value the engine refuses,
+  // naming the option.
+  if (error instanceof SettingsError || (error instanceof InvalidArgumentError && error.option !== undefined)) {
     return { kind: 'settings', title: 'A setting is out of range', message: error.message, hint: 'Fix it in Settings.' };
   }
   if (!(error instanceof SipLLMError)) {
@@ -108,7 +110,7 @@ export async function describeFailure(error: unknown, url: string | null): Promi
         kind: 'unsupported',
         title: 'This model is not supported',
         message,
-        hint: 'SipLLM runs llama-architecture GGUF models (Llama, TinyLlama, SmolLM, Mistral-style) ' +
+        hint: `SipLLM runs these architectures: ${ARCHITECTURES.join(', ')}, ` +
               'with F32, F16, BF16, Q8_0, Q4_0, Q5_0, K-quant, IQ4_NL, IQ4_XS and MXFP4 tensors.',
       };
     case 'out-of-budget':
