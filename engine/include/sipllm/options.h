@@ -154,9 +154,10 @@ inline constexpr OptionRange kGenerateOptionRanges[] = {SIPLLM_GENERATE_RANGES(S
 #undef SIPLLM_OPTION_RANGE_ITEM
 
 // Throws InvalidOption (sipllm/error.h) naming the first option outside its
-// range, or a logit bias that is not a finite number or -infinity (which
-// bans the token), or (when n_vocab > 0) for a token the vocabulary lacks. The engine calls it on every request; a client may
-// call it first, to refuse before any work.
+// range, a logit bias that is not a finite number or -infinity (which bans
+// the token), or (when n_vocab > 0) one for a token the vocabulary lacks.
+// The engine calls it on every request; a client may call it first, to
+// refuse before any work.
 void check_generate_options(const GenerateOptions& options, int n_vocab = 0);
 
 // How a text's per-position vectors become one embedding, as llama.cpp's
