@@ -21,7 +21,8 @@
 #     norm, window, rope layout or soft-cap costs 0.048-0.5.
 # The bound is 0.03, or for files whose manifest record gives numpy_check
 # (llama.cpp's own distance from float64 arithmetic, mean |difference|/sd:
-# the qwen35, gemma4 and lfm2 files and the mixtures of experts) max(0.03, 2 x numpy_check.mean_dsd):
+# the qwen35, gemma4 and lfm2 files and the mixtures of experts)
+# max(0.03, 2 x numpy_check.mean_dsd):
 # the deeper hybrid files are more chaotic, and past the first position where
 # float32 summation order flips a rounding the reference lands anywhere up to
 # about llama.cpp's distance from exact arithmetic.
@@ -83,6 +84,4 @@ r = np.sqrt(((x - o) ** 2).mean(axis=1)) / o.std(axis=1)
 eq = [p for p in range(len(r)) if r[p] < 1e-5]
 print(f"--like-llama-cpp equals llama.cpp (RMS/sd < 1e-5) at {len(eq)} of {len(r)} positions:",
       " ".join(map(str, eq)) or "none")' "$oracle" "$tmp/llama-cpp.bin"
-# Top-1 where llama.cpp leads by at least 0.06 sd, as check_arch_logits.sh
-# (lfm2moe-Q8_0's position 7, a lead of 0.0525, is where the run ends).
-judge "$tmp/llama-cpp.bin" --min-gap 0.06 --max-rms-sd "$max_rms_sd" --label=--like-llama-cpp
+judge "$tmp/llama-cpp.bin" --max-rms-sd "$max_rms_sd" --label=--like-llama-cpp

@@ -155,9 +155,6 @@ def main(argv=None):
     ap.add_argument('--clear-margin', type=float, metavar='M',
                     help="clear positions: where the oracle's best logit beats the second "
                          "by at least M row standard deviations")
-    ap.add_argument('--min-gap', type=float, metavar='G',
-                    help="of those clear positions, only the ones where the oracle's best logit "
-                         "beats the second by at least G row standard deviations")
     ap.add_argument('--report-only', action='store_true',
                     help='print the figures, pass whatever they are')
     ap.add_argument('--max-rms-sd', type=float, default=0.03, metavar='X',
@@ -182,9 +179,6 @@ def main(argv=None):
                                     oracle.shape[0])
         if args.clear_margin is not None:
             clear = clear_by_margin(oracle, args.clear_margin)
-        if args.min_gap is not None:
-            wide = set(clear_by_margin(oracle, args.min_gap))
-            clear = [p for p in clear if p in wide]
         label = f' {args.label}' if args.label else ''
         ok = compare(oracle, other, clear, args.max_rms_sd, label, args.report_only)
         return 0 if ok or args.report_only else 1

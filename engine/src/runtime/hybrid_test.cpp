@@ -59,7 +59,7 @@ size_t argmax(const std::vector<float>& v) { return static_cast<size_t>(std::max
 // 200 positions: 0.054, bit-identical up to 63), so those files are held to
 // the bound they are held to against llama.cpp.
 TEST(Hybrid, ChunkedPrefillMatchesTokenByToken) {
-  for (const char* file : {"qwen35-Q8_0.gguf", "lfm2-Q8_0.gguf", "qwen35moe-Q8_0.gguf", "lfm2moe-Q4_K_M.gguf"}) {
+  for (const char* file : {"qwen35-Q8_0.gguf", "lfm2-Q8_0.gguf", "qwen35moe-Q4_K_M.gguf", "lfm2moe-Q4_K_M.gguf"}) {
     SCOPED_TRACE(file);
     const double bound = std::string(file).find("moe") != std::string::npos ? 0.06 : 0.03;
     auto steps = open_fixture(file, /*layer_major=*/false);
