@@ -3,13 +3,15 @@
 // each pthread's worker.
 //
 // Module.sipllmHost is what the C++ side calls. Range requests of the
-// threaded build are made with fetch() on the main runtime thread, which
-// never computes, and streamed into the heap while the calling thread waits
-// (startRange); the single-thread build blocks its one thread instead
-// (getRange: a synchronous XMLHttpRequest in a browser, a fetcher thread
-// under Node). Stores, byte buffers and events belong to the main runtime
-// thread too: the web package registers them in Module.sipllmRegistry there
-// ({stores, bytes, onEvent}), and the C++ side proxies calls to them.
+// threaded build start on the main runtime thread, which never computes:
+// the web package streams them into the heap while the calling thread waits
+// (startRange; in a browser on fetch workers of their own); the
+// single-thread build blocks its one thread instead (getRange: a
+// synchronous XMLHttpRequest in a browser, a fetcher thread under Node).
+// Stores, byte buffers and events belong to the main runtime thread too: the
+// web package registers them in Module.sipllmRegistry there ({stores, bytes,
+// onEvent, startRange, fetchRangeSource}), and the C++ side proxies calls to
+// them.
 Module['sipllmHost'] = (function () {
   var isNode = typeof process === 'object' && typeof process.versions === 'object' &&
       typeof process.versions.node === 'string';
@@ -47,188 +49,37 @@ Module['sipllmHost'] = (function () {
                (r.failure || '') + '\n' + (r.error || ''));
   }
 
-  // ---- One range GET with fetch(), its body streamed into a sink ------------------
-  //
-  // sink(chunk, at) receives the pieces of a 200 or 206 body that fall within
-  // `length`, in order (`at` is where the piece starts in the body), and
-  // returns false to stop the transfer. onBytes(), when given, is called
-  // whenever bytes arrive. Resolves with what the C++ side reads (see
-  // record()): `failure` is 'stalled' when nothing arrived for timeoutMs (the
-  // read timeout: a transfer that keeps moving is never cut, however slow),
-  // 'redirects' when the redirect limit was hit. Self-contained (no names
-  // from around it), so that Node's fetcher thread can run the same function
-  // from its source.
-  async function fetchRange(url, offset, length, timeoutMs, sink, onBytes) {
-    function describe(e) {
-      if (!e) return 'unknown error';
-      var text = e.message || String(e);
-      if (e.cause) text += ' (' + (e.cause.code || e.cause.message || String(e.cause)) + ')';
-      return text;
-    }
-    var inNode = typeof process === 'object' && process !== null && typeof process.versions === 'object';
-    var range = 'bytes=' + offset + '-' + (offset + length - 1);
-    var controller = new AbortController();
-    var stalled = false;
-    var timer = null;
-    // (Re)starts the read timeout: called whenever something arrives.
-    function arm() {
-      if (timer !== null) clearTimeout(timer);
-      timer = setTimeout(function () {
-        stalled = true;
-        controller.abort(new Error('no bytes for ' + timeoutMs + ' ms'));
-      }, timeoutMs);
-    }
-    var out = { status: 0, bodyBytes: 0, contentRange: '', etag: '', lastModified: '', retryAfter: '',
-                failure: '', error: '' };
-    arm();
-    try {
-      var response;
-      try {
-        // no-store: the engine keeps its own cache; the browser's would write
-        // a second copy of every range to disk, and it makes requests for one
-        // URL wait on each other (Chromium's cache lock), which serialises
-        // small ones such as a prompt's embedding rows.
-        response = await fetch(url, { headers: { Range: range }, redirect: 'follow', cache: 'no-store',
-                                      signal: controller.signal });
-      } catch (e) {
-        if (stalled) {
-          out.failure = 'stalled';
-          out.error = 'no answer for ' + timeoutMs + ' ms';
-          return out;
-        }
-        var cause = e && e.cause ? String(e.cause.message || e.cause.code || e.cause) : '';
-        if (/redirect count exceeded|too many redirects/i.test(cause)) {
-          out.failure = 'redirects';
-          out.error = 'request failed: ' + describe(e);
-          return out;
-        }
-        if (inNode) {
-          out.error = 'request failed: ' + describe(e);
-          return out;
-        }
-        // A browser does not say why a request failed: a refused connection,
-        // a CORS refusal and a redirect loop look alike. Asked once more
-        // without following redirects, the server tells whether one was involved.
-        out.error = 'request failed: ' + describe(e) + ' (a network error, or a CORS refusal)';
-        var probe = new AbortController();
-        var probeTimer = setTimeout(function () { probe.abort(); }, timeoutMs);
-        var hop = await fetch(url, { headers: { Range: range }, redirect: 'manual', signal: probe.signal })
-          .catch(function () { return null; });
-        clearTimeout(probeTimer);
-        if (hop !== null && hop.type === 'opaqueredirect') {
-          out.error = 'request failed after a redirect: ' + describe(e) + ' (too many redirects, as in a ' +
-                      'redirect loop, or a redirect target that cannot be reached or refused CORS)';
-        }
-        return out;
-      }
-      arm();
-      out.status = response.status;
-      out.contentRange = response.headers.get('content-range') || '';
-      out.etag = response.headers.get('etag') || '';
-      out.lastModified = response.headers.get('last-modified') || '';
-      out.retryAfter = response.headers.get('retry-after') || '';
-      var declared = response.headers.get('content-length');
-      if ((response.status !== 200 && response.status !== 206) || !response.body) {
-        if (response.body) await response.body.cancel().catch(function () {});
-        return out;
-      }
-      // A byte stream is read into a buffer of our own ("bring your own
-      // buffer"): Chromium then hands over up to 1 MiB a read instead of a
-      // chunk of 64 KiB or less, and a range costs the renderer a few reads
-      // (a cold load from localhost on 2 cores took 9.9-10.8 s instead of
-      // 10.4-13.0; see web/src/page/early-fetch.ts, which reads so too).
-      var byob = null;
-      try {
-        byob = response.body.getReader({ mode: 'byob' });
-      } catch (e) {
-        byob = null;  // not a byte stream: read as it comes
-      }
-      var reader = byob || response.body.getReader();
-      var buffer = byob ? new ArrayBuffer(1 << 20) : null;
-      var received = 0;
-      try {
-        for (;;) {
-          var step = byob ? await reader.read(new Uint8Array(buffer)) : await reader.read();
-          if (step.done) break;
-          if (byob) buffer = step.value.buffer;  // the same memory, handed back for the next read
-          arm();
-          if (onBytes) onBytes();
-          var chunk = step.value;
-          var n = Math.min(chunk.length, length - received);
-          if (n > 0 && !sink(chunk.subarray(0, n), received)) {
-            await reader.cancel().catch(function () {});
-            out.bodyBytes = received;
-            out.error = 'the request was given up by the thread that made it';
-            return out;
-          }
-          received += chunk.length;
-          if (received > length) {
-            // Longer than asked (a server that ignored Range): stop reading.
-            await reader.cancel().catch(function () {});
-            out.bodyBytes = declared !== null ? Number(declared) : received;
-            return out;
-          }
-        }
-        out.bodyBytes = received;
-      } catch (e) {
-        out.bodyBytes = received;
-        if (stalled) out.failure = 'stalled';
-        out.error = (stalled ? 'no bytes for ' + timeoutMs + ' ms, the transfer stopped' : 'the connection closed') +
-                    ' after ' + received + ' of ' + (declared !== null ? declared : 'an unknown number of') +
-                    ' body bytes: ' + describe(e);
-      }
-      return out;
-    } finally {
-      clearTimeout(timer);
-    }
-  }
-
   // ---- Threaded build: requests made on the main runtime thread --------------------
   //
   // The calling thread (js_host.cpp) allocates a call record: an int32 state,
   // a uint32 for the answer, an int32 counting arrivals, then the URL as a C
   // string. It asks this thread to start the request and waits on the state
-  // with Atomics.wait; the body is copied chunk by chunk straight to its
-  // destination in the heap. The state word hands the destination over
-  // safely: a chunk is copied only while the state is RUNNING (WRITING marks
-  // a copy in progress); a caller that gave up (ABANDONED) owns nothing any
-  // more, and the record is freed here. The arrival count tells the caller
-  // that a slow transfer is still moving.
-  var CALL_RUNNING = 0, CALL_DONE = 1, CALL_WRITING = 3;  // and 2: abandoned by the caller
+  // with Atomics.wait. The web package fetches the range and copies the body
+  // straight to its destination in the heap while the state says the caller
+  // still waits (web/src/bridge/range-fetch.ts, HeapTarget); the answer is
+  // handed over here. A caller that gave up (ABANDONED) owns nothing any
+  // more, and the record is freed here.
+  var CALL_RUNNING = 0, CALL_DONE = 1;  // and 2: abandoned by the caller
 
   function startRange(call, offset, length, dst, timeoutMs) {
-    var state = call >>> 2;
-    var words = function () { return new Int32Array(wasmMemory.buffer); };
-    var url = UTF8ToString(call + 12);
-    var arrived = function () { Atomics.add(words(), (call + 8) >>> 2, 1); };
-    var sink = function (chunk, at) {
-      var w = words();
-      if (Atomics.compareExchange(w, state, CALL_RUNNING, CALL_WRITING) !== CALL_RUNNING) return false;
-      heapView(dst + at, chunk.length).set(chunk);
-      Atomics.store(w, state, CALL_RUNNING);
-      return true;
-    };
-    // The web package's early pieces of the file (web/src/bridge/early-pieces.ts)
-    // answer what they hold; the rest is fetched here.
-    var early = Module['sipllmRegistry'] && Module['sipllmRegistry'].early;
-    var served = null;
+    var answered;
     try {
-      if (early) served = early.serve(url, offset, length, timeoutMs, sink, arrived, fetchRange);
+      answered = registry().startRange(UTF8ToString(call + 12), offset, length, timeoutMs, call, dst);
     } catch (error) {
-      served = null;  // never the engine's problem: the range is fetched as usual
+      answered = Promise.reject(error);
     }
-    (served || fetchRange(url, offset, length, timeoutMs, sink, arrived)).catch(function (error) {
+    answered.catch(function (error) {
       return { status: 0, bodyBytes: 0, error: 'request failed: ' + describeError(error) };
     }).then(function (r) {
       var answer = record(r);
       new Uint32Array(wasmMemory.buffer)[(call + 4) >>> 2] = answer;
-      var w = words();
-      if (Atomics.compareExchange(w, state, CALL_RUNNING, CALL_DONE) !== CALL_RUNNING) {
+      var w = new Int32Array(wasmMemory.buffer);
+      if (Atomics.compareExchange(w, call >>> 2, CALL_RUNNING, CALL_DONE) !== CALL_RUNNING) {
         _free(answer);
         _free(call);
         return;
       }
-      Atomics.notify(w, state);
+      Atomics.notify(w, call >>> 2);
     });
   }
 
@@ -276,25 +127,28 @@ Module['sipllmHost'] = (function () {
 
   // ---- Node, single thread: fetch on a fetcher thread; the caller waits with Atomics.wait
 
-  var FETCHER_SOURCE = [
-    "const { workerData } = require('worker_threads');",
-    "const { signal, port } = workerData;",
-    'const fetchRange = ' + fetchRange.toString() + ';',
-    "port.on('message', async ({ url, offset, length, timeoutMs }) => {",
-    "  const body = new Uint8Array(length);",
-    "  let answer;",
-    "  try {",
-    "    answer = await fetchRange(url, offset, length, timeoutMs, (chunk, at) => { body.set(chunk, at); return true; },",
-    "                              () => Atomics.add(signal, 1, 1));",
-    "    if (answer.status === 200 || answer.status === 206) answer.body = body.buffer;",
-    "  } catch (e) {",
-    "    answer = { status: 0, bodyBytes: 0, error: 'request failed: ' + ((e && e.message) || String(e)) };",
-    "  }",
-    "  port.postMessage(answer, answer.body ? [answer.body] : []);",
-    "  Atomics.store(signal, 0, 1);",
-    "  Atomics.notify(signal, 0);",
-    "});",
-  ].join('\n');
+  // The range function is the web package's (registry().fetchRangeSource).
+  function fetcherSource() {
+    return [
+      "const { workerData } = require('worker_threads');",
+      "const { signal, port } = workerData;",
+      'const fetchRange = ' + registry().fetchRangeSource + ';',
+      "port.on('message', async ({ url, offset, length, timeoutMs }) => {",
+      "  const body = new Uint8Array(length);",
+      "  let answer;",
+      "  try {",
+      "    answer = await fetchRange(url, offset, length, timeoutMs, (chunk, at) => { body.set(chunk, at); return true; },",
+      "                              () => Atomics.add(signal, 1, 1));",
+      "    if (answer.status === 200 || answer.status === 206) answer.body = body.buffer;",
+      "  } catch (e) {",
+      "    answer = { status: 0, bodyBytes: 0, error: 'request failed: ' + ((e && e.message) || String(e)) };",
+      "  }",
+      "  port.postMessage(answer, answer.body ? [answer.body] : []);",
+      "  Atomics.store(signal, 0, 1);",
+      "  Atomics.notify(signal, 0);",
+      "});",
+    ].join('\n');
+  }
 
   var fetcher = null;  // made on first use
 
@@ -304,7 +158,7 @@ Module['sipllmHost'] = (function () {
     // slow transfer is still moving.
     var signal = new Int32Array(new SharedArrayBuffer(8));
     var channel = new threads.MessageChannel();
-    var worker = new threads.Worker(FETCHER_SOURCE, {
+    var worker = new threads.Worker(fetcherSource(), {
       eval: true, workerData: { signal: signal, port: channel.port2 }, transferList: [channel.port2],
     });
     worker.unref();
@@ -378,6 +232,9 @@ Module['sipllmHost'] = (function () {
     // The WebAssembly memory (a SharedArrayBuffer in the threaded builds):
     // the page reads the engine's probe in it (web/src/probe.ts).
     memory: function () { return wasmMemory.buffer; },
+    // The WebAssembly.Memory itself: the web package's fetch workers write
+    // bodies into it (shared in the threaded builds).
+    wasmMemory: function () { return wasmMemory; },
     storeRead: function (id, name, offset, dst, length) {
       try {
         return store(id).read(name, offset, heapView(dst, length)) ? 1 : 0;

@@ -159,6 +159,9 @@ function assertWasmEmitted(dist) {
 
 function assertGenerated(outcome, build) {
   assert.equal(outcome.stats.build, build);
+  // The bundler emitted the fetch workers' script and it ran: the threaded
+  // builds' range requests went to workers of their own.
+  assert.deepEqual(outcome.stats.fetch, { workers: build !== 'single', error: '' });
   assert.equal(outcome.isolated, build !== 'single');
   assert.equal(outcome.text, expected);
 }

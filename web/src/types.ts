@@ -152,6 +152,11 @@ export interface Stats {
   loader: LoaderStats;          // the last request's loader counters and timeline
   source: SourceStats | null;   // null for a model given as bytes
   cache: { enabled: boolean; error: string };
+  // The engine's range requests: on fetch workers of their own (a browser's
+  // threaded builds: each is ended after a share of the bytes, and what it
+  // held goes with it), or on the engine worker's thread, and why when a
+  // fetch worker failed.
+  fetch: { workers: boolean; error: string };
   lastGeneration: GenerationStats | null;
 }
 

@@ -32,8 +32,8 @@ export interface InitRequest {
 // worker's own thread blocks for good; or, while a job runs, the worker
 // marks it cancelled in the shared words (as the page does) and then holds
 // the engine's lock for 300 ms, waiting as for a contended lock, while the
-// job's events arrive.
-export type TestHook = 'hold-jobs' | 'release-jobs' | 'block-worker' | 'contend-engine-lock';
+// job's events arrive; or the engine's next fetch worker fails to start.
+export type TestHook = 'hold-jobs' | 'release-jobs' | 'block-worker' | 'contend-engine-lock' | 'break-fetch-workers';
 
 export interface LoadRequest {
   type: 'load';

@@ -8,6 +8,9 @@ import {
 } from '../bridge/early-pieces.js';
 import type { EarlyBlocks, EarlyFile, EarlyPiece } from '../bridge/early-pieces.js';
 import { HTTP_FIRST_RANGE_BYTES as FIRST_RANGE_BYTES, HTTP_MAX_HEAD_BYTES as MAX_HEADER_BYTES } from '../bridge/bridge.generated.js';
+import { fetchTo, pieceAnswerFits } from '../bridge/range-fetch.js';
+import type { PieceTarget, RangeHead } from '../bridge/range-fetch.js';
+import { RangeFetcher } from '../bridge/range-fetcher.js';
 import { blockSpan, NeedMoreBytes, readGgufLayout } from './gguf-layout.js';
 
 // The engine's own first request is FIRST_RANGE_BYTES long; the header
@@ -28,61 +31,27 @@ const MAX_HELD_BYTES = 64 << 20;
 const HELD_POLL_MS = 20;
 const CACHE_POLL_MS = 10;
 
-// A body is read into a buffer of this size where its stream allows it (a
-// byte stream, "bring your own buffer"): Chromium then hands over up to this
-// much at a time instead of a chunk of 64 KiB or less per read, and one
-// request's bytes cost a few reads. Measured on a 2-core machine, 8 MiB
-// ranges three at a time from localhost: 114-124 MB/s against 83-100 with
-// the default reader; a cold load of the qwen3.5-0.8b shape (512 MB), five
-// runs each: first token after 9.9-10.8 s instead of 10.4-13.0.
-const BODY_READ_BYTES = 1 << 20;
-
-// Hands `take` the body's bytes in order, as they arrive; an exception from
-// `take` ends the reading and is rethrown.
-async function readBody(body: ReadableStream<Uint8Array>, take: (chunk: Uint8Array) => void): Promise<void> {
-  let byob: ReadableStreamBYOBReader | null = null;
-  try {
-    byob = body.getReader({ mode: 'byob' });
-  } catch {
-    // Not a byte stream: read as it comes.
-  }
-  if (byob === null) {
-    const reader = body.getReader();
-    try {
-      for (let step = await reader.read(); !step.done; step = await reader.read()) take(step.value);
-    } catch (error) {
-      await reader.cancel().catch(() => {});
-      throw error;
-    }
-    return;
-  }
-  let buffer = new ArrayBuffer(BODY_READ_BYTES);
-  try {
-    for (;;) {
-      const step = await byob.read(new Uint8Array(buffer));
-      if (step.done || step.value === undefined) break;
-      take(step.value);
-      buffer = step.value.buffer as ArrayBuffer;  // the same memory, handed back
-    }
-  } catch (error) {
-    await byob.cancel().catch(() => {});
-    throw error;
-  }
-}
-
-
 interface FetchedPiece {
   offset: number;
   length: number;
+  buffer: SharedArrayBuffer;
+  reusable: boolean;  // a block piece's buffer from `spare` (the header's the worker keeps)
   bytes: Uint8Array;
   state: Int32Array;
-  controller: AbortController;
   ended: Promise<boolean>;  // true: arrived whole
 }
 
 export class EarlyFetch {
   readonly control = new Int32Array(new SharedArrayBuffer(4 * CONTROL_WORDS));
   private readonly pieces: FetchedPiece[] = [];
+  private readonly fetcher = new RangeFetcher();
+  // Block pieces' buffers the worker has taken whole, for the next ones. A
+  // buffer shared with the worker is freed only once both threads' garbage
+  // collectors have let go of it, which they do late: with a new buffer per
+  // piece, qwen3-0.6b Q8_0 without a budget (468 MB of block pieces) peaked
+  // at 1,387 MB in the tab, 1,324 MB with reused ones (both before the
+  // fetch workers, range-fetcher.ts, which did the rest).
+  private readonly spare: SharedArrayBuffer[] = [];
   private validators: EarlyFile | null = null;
   private blockPieces = 0;  // block pieces started
 
@@ -95,7 +64,8 @@ export class EarlyFetch {
   // Fetches the header, then the blocks; never throws. With a persistent
   // cache, first waits for the worker's word on what the store holds.
   start(cache: boolean): void {
-    this.run(cache).catch(() => this.stopLeading());
+    this.fetcher.warm();
+    this.run(cache).catch(() => this.stopLeading()).finally(() => this.fetcher.close());
   }
 
   // The load failed or was abandoned: no piece is wanted any more.
@@ -154,7 +124,7 @@ export class EarlyFetch {
       if (parsed >= heads.length || !(await heads[parsed].ended)) return;
       more();
       const head = new Uint8Array(heads[parsed].offset + heads[parsed].length);
-      for (const piece of heads.slice(0, parsed + 1)) head.set(piece.bytes, piece.offset);
+      for (const piece of heads.slice(0, parsed + 1)) head.set(piece.bytes.subarray(0, piece.length), piece.offset);
       try {
         layout = readGgufLayout(head);
       } catch (error) {
@@ -181,7 +151,7 @@ export class EarlyFetch {
         continue;
       }
       const length = Math.min(this.pieceBytes(), span.end - next);
-      if (this.fetchPiece(next, length) === null) return;
+      if (this.fetchPiece(next, length, this.spare.pop() ?? new SharedArrayBuffer(PIECE_BYTES)) === null) return;
       next += length;
     }
   }
@@ -200,32 +170,39 @@ export class EarlyFetch {
     return Math.max(PIECE_ALIGN, share);
   }
 
-  // Null when the engine leads by now.
-  private fetchPiece(offset: number, length: number): FetchedPiece | null {
-    const bytes = new SharedArrayBuffer(length);
+  // Into `reused` when given (a block piece), else a new buffer. Null when
+  // the engine leads by now.
+  private fetchPiece(offset: number, length: number, reused?: SharedArrayBuffer): FetchedPiece | null {
+    const bytes = reused ?? new SharedArrayBuffer(length);
     const state = new SharedArrayBuffer(4 * PIECE_WORDS);
     const piece: FetchedPiece = {
-      offset, length, bytes: new Uint8Array(bytes), state: new Int32Array(state),
-      controller: new AbortController(), ended: Promise.resolve(false),
+      offset, length, buffer: bytes, reusable: reused !== undefined, bytes: new Uint8Array(bytes, 0, length),
+      state: new Int32Array(state), ended: Promise.resolve(false),
     };
     // Offered before its answer: the worker must know the bytes are coming,
     // or a request of the engine for them would go to the server too. (The
-    // header's piece once its length is known: see download().)
+    // header's piece once its length is known: see heard().)
     if (offset > 0 && !this.offer({ type: 'early-piece', offset, length, bytes, state, header: this.blockPieces === 0 })) {
       return null;
     }
     this.pieces.push(piece);
-    piece.ended = this.download(piece, bytes, state);
+    piece.ended = this.download(piece, state);
     return piece;
   }
 
-  // Lets go of the pieces the worker took whole, and of the failed ones.
+  // Lets go of the pieces the worker took whole, and of the failed ones. A
+  // block piece's buffer taken whole is used again: the worker has copied
+  // the last of it and forgotten the piece. (A failed piece's is not: the
+  // worker may still be copying from it; nothing is fetched ahead after a
+  // failure anyway.)
   private prune(): void {
     for (let i = this.pieces.length - 1; i >= 0; --i) {
       const piece = this.pieces[i];
       const status = Atomics.load(piece.state, STATUS);
-      if (status === FAILED || (status === DONE && Atomics.load(piece.state, TAKEN) >= piece.length)) {
+      const takenWhole = status === DONE && Atomics.load(piece.state, TAKEN) >= piece.length;
+      if (status === FAILED || takenWhole) {
         this.pieces.splice(i, 1);
+        if (takenWhole && piece.reusable) this.spare.push(piece.buffer);
       }
     }
   }
@@ -243,74 +220,43 @@ export class EarlyFetch {
       : p.length - Atomics.load(p.state, TAKEN)), 0);
   }
 
-  private async download(piece: FetchedPiece, bytes: SharedArrayBuffer, state: SharedArrayBuffer): Promise<boolean> {
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const arm = () => {
-      clearTimeout(timer);
-      timer = setTimeout(() => piece.controller.abort(), this.readTimeoutMs);
+  // A 206 for exactly the range asked, of the same file as the first
+  // answer: its bytes are written into the piece as they arrive (on a
+  // worker of the fetcher, in a browser).
+  private async download(piece: FetchedPiece, state: SharedArrayBuffer): Promise<boolean> {
+    const target: PieceTarget = {
+      kind: 'piece', bytes: piece.buffer, state, control: this.control.buffer as SharedArrayBuffer,
+      validators: this.validators,
     };
-    try {
-      arm();
-      const response = await fetch(this.url, {
-        headers: { Range: `bytes=${piece.offset}-${piece.offset + piece.length - 1}` },
-        cache: 'no-store', signal: piece.controller.signal,
-      });
-      if (!this.accept(piece, response) || response.body === null) {
-        await response.body?.cancel().catch(() => {});
-        throw new Error('not the expected answer');
-      }
-      // The header's piece is offered once its length is known (a file
-      // shorter than the first range shortens it).
-      if (piece.offset === 0 && !this.offer({ type: 'early-piece', offset: 0, length: piece.length, bytes, state, header: true })) {
-        throw new Error('the engine leads');
-      }
-      let arrived = 0;
-      await readBody(response.body, (chunk) => {
-        arm();
-        // Given up by the worker (stalled, or nothing wanted any more).
-        if (!this.arriving(piece) || Atomics.load(this.control, DISPOSED) === 1) throw new Error('given up');
-        const n = Math.min(chunk.length, piece.length - arrived);
-        piece.bytes.set(chunk.subarray(0, n), arrived);
-        arrived += n;
-        Atomics.store(piece.state, ARRIVED, arrived);
-      });
-      if (arrived !== piece.length) throw new Error('the body ended early');
-      Atomics.compareExchange(piece.state, STATUS, ARRIVING, DONE);
-      return Atomics.load(piece.state, STATUS) === DONE;
-    } catch {
+    // The header's pieces on this thread: a worker's start would put the
+    // first answer after the engine's first request, which then goes to
+    // the server itself. They are few and small; the blocks are not.
+    const fetch = piece.reusable ? this.fetcher.fetch.bind(this.fetcher) : fetchTo;
+    const answer = await fetch(this.url, piece.offset, piece.length, this.readTimeoutMs, target,
+                               (head) => this.heard(piece, head, state));
+    if (answer.status !== 206 || answer.error || Atomics.load(piece.state, ARRIVED) !== piece.length) {
       this.fail(piece);
       return false;
-    } finally {
-      clearTimeout(timer);
     }
+    Atomics.compareExchange(piece.state, STATUS, ARRIVING, DONE);
+    return Atomics.load(piece.state, STATUS) === DONE;
   }
 
-  // A 206 for exactly the range asked, of the same file as the first answer.
-  private accept(piece: FetchedPiece, response: Response): boolean {
-    const range = CONTENT_RANGE.exec(response.headers.get('content-range') ?? '');
-    if (response.status !== 206 || range === null) return false;
-    const seen: EarlyFile = {
-      type: 'early-file',
-      total: Number(range[3]),
-      etag: response.headers.get('etag') ?? '',
-      lastModified: response.headers.get('last-modified') ?? '',
-    };
-    const last = Math.min(piece.offset + piece.length, seen.total) - 1;
-    if (Number(range[1]) !== piece.offset || Number(range[2]) !== last) return false;
-    if (this.validators === null) {
-      if (piece.offset !== 0) return false;
-      this.validators = seen;
-      piece.length = last + 1;  // a file shorter than the first range
-      this.post(seen);
-      return true;
-    }
-    const v = this.validators;
-    return seen.total === v.total && seen.etag === v.etag && seen.lastModified === v.lastModified;
+  // The first answer gives the file's validators and the header piece's
+  // length (a file shorter than the first range shortens it); the piece is
+  // offered then.
+  private heard(piece: FetchedPiece, head: RangeHead, state: SharedArrayBuffer): void {
+    if (piece.offset !== 0 || this.validators !== null) return;
+    const seen = pieceAnswerFits(head, 0, piece.length, null) as EarlyFile;
+    this.validators = seen;
+    piece.length = Math.min(piece.length, seen.total);
+    this.post(seen);
+    const offered = this.offer({ type: 'early-piece', offset: 0, length: piece.length, bytes: piece.buffer, state, header: true });
+    if (!offered) this.fail(piece);  // the engine leads
   }
 
   private fail(piece: FetchedPiece): void {
-    Atomics.compareExchange(piece.state, STATUS, ARRIVING, FAILED);
-    piece.controller.abort();
+    Atomics.compareExchange(piece.state, STATUS, ARRIVING, FAILED);  // its fetch stops at the next bytes
     // A server that fails once (a fault, a replaced file) is left to the
     // engine, which retries and reports.
     if (Atomics.load(piece.state, STATUS) === FAILED) this.stopLeading();

@@ -7,23 +7,12 @@ import {
   STATUS, TAKEN, WAITING, sleep,
 } from '../bridge/early-pieces.js';
 import type { EarlyBlocks, EarlyFile, EarlyPiece } from '../bridge/early-pieces.js';
+import { sinkFor } from '../bridge/range-fetch.js';
+import type { HeapTarget, RangeAnswer } from '../bridge/range-fetch.js';
 
-// A range answer as host.js hands it to the engine (record()).
-export interface RangeAnswer {
-  status: number;
-  bodyBytes: number;
-  contentRange?: string;
-  etag?: string;
-  lastModified?: string;
-  retryAfter?: string;
-  failure?: string;
-  error?: string;
-}
-
-// Takes a piece of a body at `at` (its place in the body); false: stop.
-export type Sink = (chunk: Uint8Array, at: number) => boolean;
-export type FetchRange = (url: string, offset: number, length: number, timeoutMs: number, sink: Sink,
-                          onBytes: () => void) => Promise<RangeAnswer>;
+// Fetches a range to its place in the heap (RangeFetcher.fetch).
+export type FetchRange = (url: string, offset: number, length: number, timeoutMs: number,
+                          target: HeapTarget) => Promise<RangeAnswer>;
 
 interface Piece {
   offset: number;
@@ -89,23 +78,22 @@ export class EarlyRanges {
   // Called by host.js for each of the engine's range requests: the answer
   // when pieces here hold a part of it (the rest fetched beside), null to
   // fetch it as usual.
-  serve(url: string, offset: number, length: number, timeoutMs: number, sink: Sink, onBytes: () => void,
-        fetchRange: FetchRange): Promise<RangeAnswer> | null {
+  serve(url: string, offset: number, length: number, timeoutMs: number, target: HeapTarget, fetchRange: FetchRange): Promise<RangeAnswer> | null {
     if (this.disposed || url !== this.url || length <= 0) return null;
     // Pieces offered whose message has not been received yet: wait for them.
     if (this.received < Atomics.load(this.control, OFFERED)) {
-      return this.whenOffered(url, offset, length, timeoutMs, sink, onBytes, fetchRange);
+      return this.whenOffered(url, offset, length, timeoutMs, target, fetchRange);
     }
     if (this.validators === null) {
       // The engine is quicker than the first answer: it leads.
-      if (this.stopLeading()) return this.whenOffered(url, offset, length, timeoutMs, sink, onBytes, fetchRange);
+      if (this.stopLeading()) return this.whenOffered(url, offset, length, timeoutMs, target, fetchRange);
       return null;
     }
     // A range past the end of the file gets what the file has, as from the server.
     if (offset >= this.validators.total) return null;
     length = Math.min(length, this.validators.total - offset);
     if (this.awaitsBlockPieces(offset, offset + length)) {
-      return this.whenOffered(url, offset, length, timeoutMs, sink, onBytes, fetchRange);
+      return this.whenOffered(url, offset, length, timeoutMs, target, fetchRange);
     }
     const chain = this.chain(offset, offset + length);
     if (chain.length === 0) {
@@ -113,7 +101,7 @@ export class EarlyRanges {
       // reads the embeddings of its prompt, and the fetching goes on.)
       const last = this.pieces[this.pieces.length - 1];
       if ((last === undefined || offset >= last.offset + last.length) && this.stopLeading()) {
-        return this.whenOffered(url, offset, length, timeoutMs, sink, onBytes, fetchRange);
+        return this.whenOffered(url, offset, length, timeoutMs, target, fetchRange);
       }
       return null;
     }
@@ -122,7 +110,7 @@ export class EarlyRanges {
     // above while the caller leads): they are fetched beside.
     const last = chain[chain.length - 1];
     const covered = Math.min(offset + length, last.offset + last.length);
-    return this.answer(chain, offset, length, start, covered, timeoutMs, sink, onBytes, fetchRange);
+    return this.answer(chain, offset, length, start, covered, timeoutMs, target, fetchRange);
   }
 
   // A request for block bytes that the caller's pieces do not cover yet,
@@ -144,8 +132,8 @@ export class EarlyRanges {
   // block bytes, once pieces cover them (or the fetching ahead has ended).
   // The caller's side goes past its limit on held bytes while the engine
   // waits, so that a unit longer than that limit comes too.
-  private async whenOffered(url: string, offset: number, length: number, timeoutMs: number, sink: Sink,
-                            onBytes: () => void, fetchRange: FetchRange): Promise<RangeAnswer> {
+  private async whenOffered(url: string, offset: number, length: number, timeoutMs: number, target: HeapTarget,
+                            fetchRange: FetchRange): Promise<RangeAnswer> {
     let since = performance.now();
     let offered = Atomics.load(this.control, OFFERED);
     Atomics.add(this.control, WAITING, 1);
@@ -165,8 +153,8 @@ export class EarlyRanges {
     } finally {
       Atomics.sub(this.control, WAITING, 1);
     }
-    const served = this.serve(url, offset, length, timeoutMs, sink, onBytes, fetchRange);
-    return served ?? fetchRange(url, offset, length, timeoutMs, sink, onBytes);
+    const served = this.serve(url, offset, length, timeoutMs, target, fetchRange);
+    return served ?? fetchRange(url, offset, length, timeoutMs, target);
   }
 
   // Ends the fetching ahead. True when pieces offered before that are still
@@ -205,16 +193,15 @@ export class EarlyRanges {
   // [offset, start) and [covered, end) from the server, beside the copying
   // of [start, covered) from the chain.
   private async answer(chain: Piece[], offset: number, length: number, start: number, covered: number,
-                       timeoutMs: number, sink: Sink, onBytes: () => void,
-                       fetchRange: FetchRange): Promise<RangeAnswer> {
+                       timeoutMs: number, target: HeapTarget, fetchRange: FetchRange): Promise<RangeAnswer> {
     const v = this.validators as EarlyFile;
     const end = offset + length;
     const fetchPart = (from: number, to: number) => (from < to
-      ? fetchRange(this.url, from, to - from, timeoutMs, (chunk, at) => sink(chunk, at + from - offset), onBytes)
+      ? fetchRange(this.url, from, to - from, timeoutMs, { ...target, dst: target.dst + from - offset })
         .then((r) => ({ r, from, to }))
       : null);
     const parts = [fetchPart(offset, start), fetchPart(covered, end)];
-    const problem = await this.copy(chain, start, covered, offset, timeoutMs, sink, onBytes);
+    const problem = await this.copy(chain, start, covered, offset, length, timeoutMs, target);
     let bodyBytes = covered - start;
     // The server's validators where they differ from the first answer's: the
     // engine then sees that the file changed, and says so.
@@ -237,8 +224,9 @@ export class EarlyRanges {
   // Copies [start, covered) from the chain as its bytes arrive, to its
   // place in a body that starts at `offset`; null when all of it was copied,
   // else what went wrong.
-  private async copy(chain: Piece[], start: number, covered: number, offset: number, timeoutMs: number, sink: Sink,
-                     onBytes: () => void): Promise<{ failure: string; error: string } | null> {
+  private async copy(chain: Piece[], start: number, covered: number, offset: number, length: number,
+                     timeoutMs: number, target: HeapTarget): Promise<{ failure: string; error: string } | null> {
+    const { sink, onBytes } = sinkFor(target, offset, length);
     let at = start;
     for (const piece of chain) {
       const stop = Math.min(covered, piece.offset + piece.length);
@@ -251,7 +239,7 @@ export class EarlyRanges {
           if (!sink(bytes.subarray(at - piece.offset, available - piece.offset), at - offset)) {
             return { failure: '', error: 'the request was given up by the thread that made it' };
           }
-          onBytes();
+          onBytes?.();
           at = available;
           movedAt = performance.now();
           continue;

@@ -4,6 +4,7 @@
 import { isNode, isThreadedBuild, nodeImport } from '../env.js';
 import type { EngineModuleFunctions, EngineSession } from '../bridge/bridge.generated.js';
 import type { EarlyRanges } from './early-ranges.js';
+import type { RangeAnswer } from '../bridge/range-fetch.js';
 import type { Build } from '../types.js';
 
 // What wasm-bindings/bindings.cpp gives the JavaScript side is declared
@@ -27,6 +28,11 @@ export interface Registry {
   bytes: Map<number, Uint8Array>;
   onEvent(sessionId: number, kind: EngineEvent, data?: unknown): void;
   early: EarlyRanges | null;  // the model's first bytes, fetched before the module was ready
+  // The threaded build's range requests (host.js startRange): the range's
+  // body to `dst` in the heap, behind js_host.cpp's call record at `call`.
+  startRange(url: string, offset: number, length: number, timeoutMs: number, call: number,
+             dst: number): Promise<RangeAnswer>;
+  fetchRangeSource: string;  // range-fetch.ts's fetchRange, for Node's fetcher thread (host.js)
 }
 
 // The module: the functions bindings.cpp registers, and what host.js and
@@ -35,7 +41,7 @@ export interface EngineModule extends EngineModuleFunctions {
   Session: new (id: number) => EngineSession;
   threaded: boolean;
   sipllmRegistry?: Registry;
-  sipllmHost: { memory(): ArrayBufferLike };  // host.js
+  sipllmHost: { memory(): ArrayBufferLike; wasmMemory(): WebAssembly.Memory };  // host.js
 }
 
 type Factory = (settings: Record<string, unknown>) => Promise<EngineModule>;

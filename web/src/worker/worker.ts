@@ -4,7 +4,11 @@
 // handled at once. See bridge/protocol.ts for the messages.
 
 import { EarlyRanges } from './early-ranges.js';
-import { isNode, nodeImport } from '../env.js';
+import type { FetchRange } from './early-ranges.js';
+import { fetchRange } from '../bridge/range-fetch.js';
+import type { HeapTarget, RangeAnswer } from '../bridge/range-fetch.js';
+import { RangeFetcher } from '../bridge/range-fetcher.js';
+import { isNode, isThreadedBuild, nodeImport } from '../env.js';
 import { loadEngineModule } from './module-loader.js';
 import type { Answer, ByteProgress, EngineEvent, EngineModule, EngineSession, JobOutcome, LiveUnit, Registry } from './module-loader.js';
 import type {
@@ -87,6 +91,7 @@ class EngineWorker {
   private words: Int32Array | null = null;  // WorkerWords, shared with the page
   private queued = 0;
   private readonly registry: Registry;
+  private readonly fetcher = new RangeFetcher();
 
   private session: EngineSession | null = null;
   private sessionId = 0;
@@ -120,6 +125,8 @@ class EngineWorker {
       bytes: new Map(),
       onEvent: (sessionId, kind, data) => this.onEvent(sessionId, kind, data),
       early: null,
+      startRange: (url, offset, length, timeoutMs, call, dst) => this.startRange(url, offset, length, timeoutMs, call, dst),
+      fetchRangeSource: fetchRange.toString(),
     };
   }
 
@@ -141,7 +148,10 @@ class EngineWorker {
       this.build = request.build;
       this.words = request.words;
     }
-    if (request.type === 'load') this.fetchEarly(request);
+    if (request.type === 'load') {
+      this.fetchEarly(request);
+      if (isThreadedBuild(this.build)) this.fetcher.warm();  // while the module starts (host.js startRange)
+    }
     this.show(WorkerWords.queued, ++this.queued);
     this.queue = this.queue.then(() => this.run(request));
   }
@@ -170,6 +180,21 @@ class EngineWorker {
     store.then((opened) => {
       early.cacheHoldsModel(opened.list().some(([name]) => name.endsWith(CACHE_INDEX_SUFFIX)));
     }, () => early.cacheHoldsModel(true));
+  }
+
+  // The early pieces answer what they hold (early-ranges.ts); the rest is
+  // fetched by this worker's RangeFetcher.
+  private startRange(url: string, offset: number, length: number, timeoutMs: number, call: number,
+                     dst: number): Promise<RangeAnswer> {
+    const target: HeapTarget = { kind: 'heap', memory: this.engine().sipllmHost.wasmMemory(), call, dst };
+    const fetch: FetchRange = (u, o, l, t, into) => this.fetcher.fetch(u, o, l, t, into);
+    let served: Promise<RangeAnswer> | null = null;
+    try {
+      served = this.registry.early?.serve(url, offset, length, timeoutMs, target, fetch) ?? null;
+    } catch {
+      served = null;  // never the engine's problem: the range is fetched as usual
+    }
+    return served ?? fetch(url, offset, length, timeoutMs, target);
   }
 
   private dropEarly(): void {
@@ -425,6 +450,10 @@ class EngineWorker {
       if (typeof SharedArrayBuffer !== 'undefined') Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0);
       for (;;) { /* no shared memory to wait on */ }
     }
+    if (hook === 'break-fetch-workers') {
+      this.fetcher.breakForTest();
+      return null;
+    }
     if (hook === 'contend-engine-lock') {
       if (this.words !== null && this.job !== null) Atomics.store(this.words, WorkerWords.cancelTarget, this.job.id);
       this.open().holdEngineLock(300);
@@ -473,6 +502,7 @@ class EngineWorker {
       loader: raw.loader,
       source,
       cache: { enabled: this.store !== null && (source === null || source.caching), error: cacheError },
+      fetch: { ...this.fetcher.state, workers: isThreadedBuild(this.build) && this.fetcher.state.workers },
       lastGeneration: this.lastGeneration,
     };
   }
