@@ -2,8 +2,14 @@
 // keeps its state in words of its WebAssembly memory (SessionProbe in
 // wasm-bindings/session.h, EngineProbe in sipllm/engine_probe.h), and the
 // worker keeps its own in a small shared array (WorkerWords below); both are
-// SharedArrayBuffers the page holds, so they can be read while every thread
-// of the worker is blocked. Without shared memory (the single-thread build
+// SharedArrayBuffers, so they can be read while every thread of the worker
+// is blocked. In a browser the page does not hold the WebAssembly memory
+// itself: a buffer shared with a thread is freed only when that thread's
+// garbage collector lets go of it, and the page's kept a whole engine heap
+// alive long after its unload (a 683 MB heap: the tab at 911-1,206 MB after
+// the unload, 284 MB without it). A small worker of the page's holds it and
+// copies the probe's words into a mirror (page/probe-mirror.ts); it ends
+// with the engine worker. Without shared memory (the single-thread build
 // on a page that is not cross-origin isolated) only the page's own view is
 // left: which requests were waiting, and since when.
 
@@ -28,6 +34,11 @@ export const REQUEST_TYPES = [
 // Offsets in bytes, as static_asserts in session.cpp fix them.
 const SESSION = { job: 0, jobState: 4, jobCancelled: 8, sessionId: 12, httpInFlight: 16, httpArrivals: 20, jobsDone: 24, engine: 64 };
 const ENGINE = { beats: 0, cancelled: 4, waitingForUnit: 8, unitsLoading: 12, poolThreads: 16, pool: 64, poolStride: 64, maxPool: 16 };
+// The probe's extent from its address, and the mirror's word that says a
+// probe is mirrored (probe-mirror.ts).
+export const PROBE_WORDS = (SESSION.engine + ENGINE.pool + ENGINE.poolStride * ENGINE.maxPool) / 4;
+export const MIRROR_PRESENT = PROBE_WORDS;
+export const MIRROR_WORDS = PROBE_WORDS + 1;
 const JOBS = ['none', 'open', 'generate', 'embed', 'warm-up', 'close'];
 const JOB_STATES = ['idle', 'queued', 'running', 'held'];
 const POOL_STATES = ['absent', 'idle', 'spinning', 'parked', 'working', 'waiting-for-workers'];

@@ -25,6 +25,10 @@ export interface InitRequest {
   // tokens; the worker keeps what it is doing in the others, which the page
   // reads when the worker stalls.
   words: Int32Array | null;
+  // In a browser with shared memory: where the worker tells the page's
+  // probe mirror where its probe is (page/probe-mirror.ts); WorkerHandle
+  // adds it.
+  probePort?: MessagePort;
 }
 
 // Hooks for tests of the watchdog and of forced interleavings: the engine's
@@ -116,7 +120,9 @@ export type Request =
 export interface LoadResult {
   info: ModelInfo;
   stats: Stats;
-  // Where the session's probe is (probe.ts), when the memory is shared.
+  // Where the session's probe is (probe.ts), when the memory is shared and
+  // the page has no mirror of it (Node; a browser's page gets the probe's
+  // words through its mirror instead, InitRequest.probePort).
   probe: { memory: SharedArrayBuffer; address: number } | null;
 }
 

@@ -1,9 +1,10 @@
 // The page's end of one engine worker: starts it (a module Web Worker, or a
 // Node worker thread), matches replies to requests, routes events.
 
-import { isNode, nodeImport } from '../env.js';
+import { canShareMemory, isNode, nodeImport } from '../env.js';
 import { EngineStalledError, SipLLMError, errorFromKind } from '../errors.js';
-import { readEngineProbe, readWorkerWords } from '../probe.js';
+import { MIRROR_PRESENT, MIRROR_WORDS, readEngineProbe, readWorkerWords } from '../probe.js';
+import type { ProbeMirrorStart } from './probe-mirror.js';
 import type { StallDump } from '../probe.js';
 import type { LoadProgress } from '../types.js';
 import type { Answered, Replies, Reply, Request } from '../bridge/protocol.js';
@@ -34,7 +35,7 @@ interface WorkerLike {
 export interface Watch {
   timeoutMs: number;  // 0: no watch
   words: Int32Array | null;
-  probe: { memory: SharedArrayBuffer; address: number } | null;
+  probe: { memory: SharedArrayBuffer; address: number } | null;  // Node: the memory itself (a browser mirrors it)
   onStall(error: EngineStalledError): void;
 }
 
@@ -48,6 +49,8 @@ export class WorkerHandle {
   readonly watch: Watch = { timeoutMs: 0, words: null, probe: null, onStall: () => {} };
   private heardAt = 0;
   private watchdog: ReturnType<typeof setInterval> | null = null;
+  // A browser's copy of the engine's probe (probe.ts), and the worker that keeps it.
+  private mirror: { worker: Worker; words: Int32Array; port: MessagePort } | null = null;
 
   private constructor(private readonly worker: WorkerLike, private readonly ref: (held: boolean) => void) {
     this.exited = new Promise((resolve) => {
@@ -75,6 +78,14 @@ export class WorkerHandle {
     // it: they then build worker.js with its imports into a worker chunk.
     const worker = new Worker(new URL('../worker/worker.js', import.meta.url), { type: 'module', name: 'sipllm-engine' });
     const handle = new WorkerHandle(worker, () => {});
+    if (canShareMemory()) {
+      const words = new Int32Array(new SharedArrayBuffer(4 * MIRROR_WORDS));
+      const channel = new MessageChannel();
+      const mirror = new Worker(new URL('./probe-mirror.js', import.meta.url), { type: 'module', name: 'sipllm-probe' });
+      const start: ProbeMirrorStart = { mirror: words.buffer as SharedArrayBuffer, port: channel.port2 };
+      mirror.postMessage(start, [channel.port2]);
+      handle.mirror = { worker: mirror, words, port: channel.port1 };
+    }
     worker.onmessage = (event: MessageEvent<Reply>) => handle.receive(event.data);
     worker.onerror = (event: ErrorEvent) => {
       event.preventDefault();
@@ -107,7 +118,10 @@ export class WorkerHandle {
         this.heardAt = performance.now();
         this.startWatchdog();
       }
-      this.worker.postMessage({ ...body, id });
+      // The probe's port goes with the init (see InitRequest).
+      const port = body.type === 'init' ? this.mirror?.port : undefined;
+      if (port !== undefined) (this.worker as Worker).postMessage({ ...body, id, probePort: port }, [port]);  // a browser's
+      else this.worker.postMessage({ ...body, id });
     });
     return { id, reply };
   }
@@ -171,11 +185,14 @@ export class WorkerHandle {
   dump(silentMs = performance.now() - this.heardAt): StallDump {
     const now = performance.now();
     const { words, probe } = this.watch;
+    const mirror = this.mirror?.words;
+    const mirrored = mirror !== undefined && Atomics.load(mirror, MIRROR_PRESENT) === 1;
     return {
       stalledForMs: Math.round(silentMs),
       pending: [...this.pending].map(([id, p]) => ({ id, type: p.type, waitingMs: Math.round(now - p.sentAt) })),
       worker: words !== null ? readWorkerWords(words) : null,
-      engine: probe !== null ? readEngineProbe(probe.memory, probe.address) : null,
+      engine: probe !== null ? readEngineProbe(probe.memory, probe.address)
+        : mirrored ? readEngineProbe(mirror.buffer as SharedArrayBuffer, 0) : null,
     };
   }
 
@@ -193,6 +210,7 @@ export class WorkerHandle {
 
   async terminate(): Promise<void> {
     if (this.stopped === null) this.fail('the engine worker was stopped');
+    this.mirror?.worker.terminate();  // and with it the engine's memory
     await this.worker.terminate();
     if (!isNode) this.markExited();
     await this.exited;

@@ -89,6 +89,7 @@ class EngineWorker {
   private module: EngineModule | null = null;
   private build: Build = 'single';
   private words: Int32Array | null = null;  // WorkerWords, shared with the page
+  private probePort: MessagePort | null = null;  // to the page's probe mirror (InitRequest)
   private queued = 0;
   private readonly registry: Registry;
   private readonly fetcher = new RangeFetcher();
@@ -147,6 +148,7 @@ class EngineWorker {
     if (request.type === 'init') {
       this.build = request.build;
       this.words = request.words;
+      this.probePort = request.probePort ?? null;
     }
     if (request.type === 'load') {
       this.fetchEarly(request);
@@ -387,10 +389,14 @@ class EngineWorker {
       throw fail(outcome.error);
     }
     this.loadTimes = { calledAt: request.calledAt, workerStartedAt, moduleReadyAt: this.moduleReadyAt, headerReadAt: epochMs() };
-    // The memory as it is now holds the session's probe (it only grows).
+    // The memory as it is now holds the session's probe (it only grows). In
+    // a browser the page's mirror holds it, not the page (probe.ts).
     const memory = module.sipllmHost.memory();
-    const probe = typeof SharedArrayBuffer !== 'undefined' && memory instanceof SharedArrayBuffer
-      ? { memory, address: session.probeAddress() } : null;
+    let probe: LoadResult['probe'] = null;
+    if (typeof SharedArrayBuffer !== 'undefined' && memory instanceof SharedArrayBuffer) {
+      if (this.probePort !== null) this.probePort.postMessage({ memory, address: session.probeAddress() });
+      else probe = { memory, address: session.probeAddress() };
+    }
     const result: LoadResult = { info: unwrap(session.info()), stats: this.snapshot(), probe };
     this.cacheKeeps = result.stats.cache.enabled;
     if (request.warmUpMs > 0) this.startWarmUp(session, request.id, request.warmUpMs);
