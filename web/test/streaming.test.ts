@@ -7,9 +7,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { NetworkError, SipLLM } from '../dist/index.js';
 import type { LoadProgress } from '../dist/index.js';
-import { blockSpan, readGgufLayout } from '../dist/page/gguf-layout.js';
+import { blockRanges, readGgufLayout } from '../dist/page/gguf-layout.js';
 import {
-  RangeServer, collect, fileSize, generateModel, nativeGreedy, nativeRun, removeDir, serveDir, tempDir,
+  RangeServer, collect, fileSize, generateModel, nativeGreedy, nativeRun, removeDir, repoRoot, serveDir, tempDir,
 } from './support.js';
 
 const MODEL = 'stories260K.gguf';
@@ -65,7 +65,9 @@ describe('streaming over HTTP', () => {
       const cache = cached ? tempDir('early-cache') : false;
       const model = generateModel(dir, 'kquant-small', 'Q8_0', 'llama.cpp-vocab/ggml-vocab-llama-spm.gguf');
       const bytes = readFileSync(model);
-      const span = blockSpan(readGgufLayout(bytes.subarray(0, 1 << 20)), bytes.length);
+      const blockBytes = blockRanges(readGgufLayout(bytes.subarray(0, 1 << 20)), bytes.length);
+      expect(blockBytes).toHaveLength(1);  // a dense model's blocks: one run of bytes
+      const span = { begin: blockBytes[0][0], end: blockBytes[0][1] };
       const own = await RangeServer.start(dir);
       try {
         const llm = await SipLLM.load(`${own.url}/kquant-small-Q8_0.gguf`, { threads: 2, cache });
@@ -82,15 +84,14 @@ describe('streaming over HTTP', () => {
           expect(ranges[0].startMs).toBeLessThan(llm.stats().load.moduleReadyAt);
           // Block bytes (and the head's after them): fetched ahead or by the
           // engine, never both, with no gap.
-          expect(span).not.toBeNull();
           // (The header's pieces go on in order until the tensor table has
           // been parsed, so the first block bytes may come with the last of
           // them, in a range that begins before the blocks.)
-          const blocks = ranges.filter((r) => r.last >= (span as { begin: number }).begin)
+          const blocks = ranges.filter((r) => r.last >= span.begin)
             .sort((a, b) => a.first - b.first);
-          expect(blocks[0].first).toBeLessThanOrEqual(span?.begin as number);
+          expect(blocks[0].first).toBeLessThanOrEqual(span.begin);
           for (let i = 1; i < blocks.length; ++i) expect(blocks[i].first).toBe(blocks[i - 1].last + 1);
-          expect(blocks[blocks.length - 1].last).toBeGreaterThanOrEqual((span as { end: number }).end - 1);
+          expect(blocks[blocks.length - 1].last).toBeGreaterThanOrEqual(span.end - 1);
           // And no byte of the file twice (the header's pieces reach into the
           // embeddings, which the engine reads for the prompt and the head).
           const all = [...ranges].sort((a, b) => a.first - b.first);
@@ -167,6 +168,21 @@ describe('streaming over HTTP', () => {
       }
     });
   }
+
+  // The early fetch leaves a mixture of experts' experts to the engine,
+  // which reads only those its router chooses: what it fetches ahead, it
+  // would otherwise hold until the load ends.
+  it('fetches ahead every block tensor but the experts', () => {
+    const bytes = readFileSync(join(repoRoot, 'tests/fixtures/arch/qwen3moe-Q4_K_M.gguf'));
+    const layout = readGgufLayout(bytes);
+    const ranges = blockRanges(layout, bytes.length);
+    const inRanges = (offset: number) => ranges.some(([begin, end]) => begin <= offset && offset < end);
+    const blockTensors = layout.tensors.filter((t) => t.name.startsWith('blk.'));
+    const experts = blockTensors.filter((t) => /_exps\./.test(t.name));
+    expect(experts.length).toBeGreaterThan(0);
+    for (const t of blockTensors) expect(inRanges(t.offset), t.name).toBe(!experts.includes(t));
+    for (let i = 1; i < ranges.length; ++i) expect(ranges[i][0]).toBeGreaterThan(ranges[i - 1][1]);
+  });
 
   it('follows a redirect, as Hugging Face resolve URLs answer', async () => {
     const llm = await SipLLM.load(`${server.url}/fault/redirect/${MODEL}`, { threads: 2 });

@@ -36,8 +36,9 @@ export interface EarlyFile {
 }
 export interface EarlyBlocks {
   type: 'early-blocks';
-  begin: number;  // the transformer blocks' bytes (blockSpan), fetched here in order
-  end: number;
+  // The transformer blocks' bytes fetched here, in order (blockRanges: a
+  // mixture of experts' expert tensors left out), past the header's pieces.
+  ranges: [number, number][];
 }
 export interface EarlyPiece {
   type: 'early-piece';

@@ -11,7 +11,7 @@ import { HTTP_FIRST_RANGE_BYTES as FIRST_RANGE_BYTES, HTTP_MAX_HEAD_BYTES as MAX
 import { fetchTo, pieceAnswerFits } from '../bridge/range-fetch.js';
 import type { PieceTarget, RangeHead } from '../bridge/range-fetch.js';
 import { RangeFetcher } from '../bridge/range-fetcher.js';
-import { blockSpan, NeedMoreBytes, readGgufLayout } from './gguf-layout.js';
+import { blockRanges, NeedMoreBytes, readGgufLayout } from './gguf-layout.js';
 
 // The engine's own first request is FIRST_RANGE_BYTES long; the header
 // grows by doubling past it, as there.
@@ -131,28 +131,32 @@ export class EarlyFetch {
         if (!(error instanceof NeedMoreBytes)) return;  // the engine will say what is wrong
       }
     }
-    const span = blockSpan(layout, total);
-    if (span === null) return;
-    let next = Math.max(span.begin, sequentialEnd);
+    const ranges = blockRanges(layout, total)
+      .map(([begin, end]): [number, number] => [Math.max(begin, sequentialEnd), end])
+      .filter(([begin, end]) => begin < end);
+    if (ranges.length === 0) return;
     // The blocks are fetched here, in order, while this leads: the engine
     // waits for their pieces rather than asking the server itself.
-    this.post({ type: 'early-blocks', begin: next, end: span.end });
+    this.post({ type: 'early-blocks', ranges });
     // Block pieces while there is room (or the engine waits for the next
     // one), until the blocks end or the engine leads.
     heads.length = 0;
-    while (this.leading() && next < span.end) {
-      this.prune();
-      if (this.inFlight() >= IN_FLIGHT) {
-        await Promise.race(this.pieces.filter((p) => this.arriving(p)).map((p) => p.ended));
-        continue;
+    for (const [begin, end] of ranges) {
+      let next = begin;
+      while (this.leading() && next < end) {
+        this.prune();
+        if (this.inFlight() >= IN_FLIGHT) {
+          await Promise.race(this.pieces.filter((p) => this.arriving(p)).map((p) => p.ended));
+          continue;
+        }
+        if (this.held() + PIECE_BYTES > MAX_HELD_BYTES && Atomics.load(this.control, WAITING) === 0) {
+          await sleep(HELD_POLL_MS);
+          continue;
+        }
+        const length = Math.min(this.pieceBytes(), end - next);
+        if (this.fetchPiece(next, length, this.spare.pop() ?? new SharedArrayBuffer(PIECE_BYTES)) === null) return;
+        next += length;
       }
-      if (this.held() + PIECE_BYTES > MAX_HELD_BYTES && Atomics.load(this.control, WAITING) === 0) {
-        await sleep(HELD_POLL_MS);
-        continue;
-      }
-      const length = Math.min(this.pieceBytes(), span.end - next);
-      if (this.fetchPiece(next, length, this.spare.pop() ?? new SharedArrayBuffer(PIECE_BYTES)) === null) return;
-      next += length;
     }
   }
 

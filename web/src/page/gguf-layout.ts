@@ -114,16 +114,21 @@ export function readGgufLayout(head: Uint8Array): GgufLayout {
   return { dataStart, tensors };
 }
 
-// The bytes of the transformer blocks (tensors named blk.N.*), which the
-// engine streams in file order from the load on: from the first block
-// tensor to the tensor after the last one (or the end of the file). Null
-// when the file has none.
-export function blockSpan(layout: GgufLayout, fileBytes: number): { begin: number; end: number } | null {
-  const { tensors } = layout;
-  const first = tensors.findIndex((t) => t.name.startsWith('blk.'));
-  if (first < 0) return null;
-  let last = first;
-  for (let i = first; i < tensors.length; ++i) if (tensors[i].name.startsWith('blk.')) last = i;
-  const end = last + 1 < tensors.length ? tensors[last + 1].offset : fileBytes;
-  return { begin: tensors[first].offset, end };
+// The bytes of the transformer blocks (tensors named blk.N.*) that the
+// engine streams in file order from the load on, as ranges in file order:
+// each tensor from its offset to the next tensor's (or the end of the file).
+// A mixture of experts' expert tensors (blk.N.ffn_*_exps.*) are left out:
+// the engine reads only the experts its router chooses, once it has routed.
+// Empty when the file has no block.
+export function blockRanges(layout: GgufLayout, fileBytes: number): [number, number][] {
+  const tensors = [...layout.tensors].sort((a, b) => a.offset - b.offset);
+  const ranges: [number, number][] = [];
+  tensors.forEach((t, i) => {
+    if (!t.name.startsWith('blk.') || /_exps\./.test(t.name)) return;
+    const end = i + 1 < tensors.length ? tensors[i + 1].offset : fileBytes;
+    const last = ranges[ranges.length - 1];
+    if (last !== undefined && last[1] === t.offset) last[1] = end;
+    else ranges.push([t.offset, end]);
+  });
+  return ranges;
 }

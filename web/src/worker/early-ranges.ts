@@ -95,6 +95,7 @@ export class EarlyRanges {
     if (this.awaitsBlockPieces(offset, offset + length)) {
       return this.whenOffered(url, offset, length, timeoutMs, target, fetchRange);
     }
+    if (this.skippedByTheBlocks(offset, offset + length)) return null;
     const chain = this.chain(offset, offset + length);
     if (chain.length === 0) {
       // Past every piece: from here on the engine leads. (Before them, it
@@ -116,16 +117,25 @@ export class EarlyRanges {
   // A request for block bytes that the caller's pieces do not cover yet,
   // while it leads: they will, in order.
   private awaitsBlockPieces(offset: number, end: number): boolean {
-    const blocks = this.blocks;
-    if (blocks === null) return false;
-    const from = Math.max(offset, blocks.begin);
-    const to = Math.min(end, blocks.end);
-    if (from >= to) return false;
+    if (this.blocks === null) return false;
     if (Atomics.load(this.control, LEADING) === NOT_LEADING || Atomics.load(this.control, DISPOSED) === 1) return false;
-    const chain = this.chain(from, to);
-    if (chain.length === 0 || chain[0].offset > from) return true;
-    const last = chain[chain.length - 1];
-    return last.offset + last.length < to;
+    return this.blocks.ranges.some(([begin, stop]) => {
+      const from = Math.max(offset, begin);
+      const to = Math.min(end, stop);
+      if (from >= to) return false;
+      const chain = this.chain(from, to);
+      if (chain.length === 0 || chain[0].offset > from) return true;
+      const last = chain[chain.length - 1];
+      return last.offset + last.length < to;
+    });
+  }
+
+  // Bytes among the blocks that the caller does not fetch (a mixture of
+  // experts' experts): the engine fetches them, and the caller still leads.
+  private skippedByTheBlocks(offset: number, end: number): boolean {
+    const ranges = this.blocks?.ranges ?? [];
+    if (ranges.length === 0 || offset < ranges[0][0] || end > ranges[ranges.length - 1][1]) return false;
+    return !ranges.some(([begin, stop]) => offset < stop && begin < end);
   }
 
   // Serves a request once every piece offered has been received and, for
