@@ -28,7 +28,7 @@ export interface InitRequest {
   // In a browser with shared memory: where the worker tells the page's
   // probe mirror where its probe is (page/probe-mirror.ts); WorkerHandle
   // adds it.
-  probePort?: MessagePort;
+  probePort?: { postMessage(message: unknown): void };  // a MessagePort (typed so for Node projects too)
 }
 
 // Hooks for tests of the watchdog and of forced interleavings: the engine's

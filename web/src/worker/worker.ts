@@ -89,7 +89,7 @@ class EngineWorker {
   private module: EngineModule | null = null;
   private build: Build = 'single';
   private words: Int32Array | null = null;  // WorkerWords, shared with the page
-  private probePort: MessagePort | null = null;  // to the page's probe mirror (InitRequest)
+  private probePort: NonNullable<InitRequest['probePort']> | null = null;  // to the page's probe mirror
   private queued = 0;
   private readonly registry: Registry;
   private readonly fetcher = new RangeFetcher();
