@@ -414,6 +414,7 @@ function summarize(result) {
     // arrive, wllama's ran after its download).
     decodeTokS: Math.max(best('decodeTokS') ?? 0, cold?.decodeTokS ?? 0) || null,
     peakBytes: result.rendererMemoryBytes,
+    heapBytes: result.heapBytes ?? null,
     threads: result.threads ?? null,
     promptTokens: result.cold?.promptTokens ?? null,
     generatedTokens: result.cold?.generatedTokens ?? null,
@@ -641,14 +642,15 @@ function printTables(o, rows, meta) {
              ? `Prefill: best of ${o.warmRuns} warm run${o.warmRuns === 1 ? '' : 's'}; decode: best of all ${o.warmRuns + 1} runs` +
                (o.rounds > 1 ? `, in each of ${o.rounds} rounds (the best round counts; the rest of a row is its first round's)` : '')
              : 'No warm runs: decode from the cold run, no prefill') +
-           '; peak: the renderer process\'s peak RSS.' +
+           '; peak: the renderer process\'s peak RSS (the page\'s own share included: Chromium\'s code and the ' +
+           'page, 110-160 MiB before any model); peak − heap: what it held beside the WebAssembly heap.' +
            (o.coldRuns > 1 ? ` SipLLM's cells: its run with the median cold TTFT of ${o.coldRuns}, each in a fresh browser.` : ''));
   const vocabs = [...new Set(rows.map((r) => r.model.vocab))];
   out.push(`Greedy; both engines get the same text and the same banned tokens (byte, control, EOS): ${vocabs.join('; ')}.`);
   out.push('');
   out.push('| model | type | MiB | thr | load ms | cold TTFT ms | × (≤0.5) | prefill tok/s | × (≥5) | ' +
-           'decode tok/s | × (≥2.5) | peak MiB | prompt tok | gen tok | same text |');
-  out.push('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
+           'decode tok/s | × (≥2.5) | peak MiB | SipLLM peak − heap MiB | prompt tok | gen tok | same text |');
+  out.push('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
   const notes = [];
   const tally = { decode: [0, 0], prefill: [0, 0], coldTtft: [0, 0] };
   for (const row of rows) {
@@ -676,7 +678,8 @@ function printTables(o, rows, meta) {
              `${pair(s.coldTtftMs, w.coldTtftMs)} | ${fmt(ttftRatio, 2)} | ` +
              `${tokS(s.prefillTokS)} / ${tokS(w.prefillTokS)} | ${fmt(prefillRatio, 1)} | ` +
              `${tokS(s.decodeTokS)} / ${tokS(w.decodeTokS)} | ${fmt(decodeRatio, 2)} | ` +
-             `${pair(s.peakBytes / MiB, w.peakBytes / MiB)} | ${pair(s.promptTokens, w.promptTokens)} | ` +
+             `${pair(s.peakBytes / MiB, w.peakBytes / MiB)} | ` +
+             `${s.peakBytes && s.heapBytes ? fmt((s.peakBytes - s.heapBytes) / MiB) : '–'} | ${pair(s.promptTokens, w.promptTokens)} | ` +
              `${pair(s.generatedTokens, w.generatedTokens)} | ${same} |`);
     checkRow(o, row, notes);
   }
