@@ -1,9 +1,11 @@
 // The first bytes of a model, fetched before the engine's WebAssembly module
 // is ready: the GGUF header (and the file past it until the tensor table has
-// been read), then the transformer blocks in file order. Compiling the
-// module and starting its threads takes half a second to more than a second;
-// without this the link idles through it, and every byte, the first token's
-// last one included, arrives that much later.
+// been read), then the transformer blocks in file order (a mixture of
+// experts' expert tensors left to the engine, which reads only those its
+// router chooses). Compiling the module and starting its threads takes half
+// a second to more than a second; without this the link idles through it,
+// and every byte, the first token's last one included, arrives that much
+// later.
 //
 // Two halves, which share only what this file declares: the messages and
 // the words of shared memory between them. EarlyFetch (page/early-fetch.ts)
