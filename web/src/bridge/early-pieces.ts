@@ -15,7 +15,7 @@
 // thread), and a request it would start, or a body it would read, waits
 // that long; the caller's thread is free. It writes each piece into a
 // SharedArrayBuffer that the worker sees as it fills. EarlyRanges
-// (worker/early-ranges.ts) runs in the worker: host.js (startRange) asks its
+// (worker/early-ranges.ts) runs in the worker: each engine request (startRange) asks its
 // serve() first, and a request that pieces hold a part of is answered from
 // them as their bytes arrive; the other parts are fetched beside. A request
 // for block bytes that no piece holds yet waits for one: they come in order.

@@ -75,10 +75,11 @@ export class EarlyRanges {
     this.pieces.length = 0;
   }
 
-  // Called by host.js for each of the engine's range requests: the answer
+  // Called for each of the engine's range requests (the worker's startRange): the answer
   // when pieces here hold a part of it (the rest fetched beside), null to
   // fetch it as usual.
-  serve(url: string, offset: number, length: number, timeoutMs: number, target: HeapTarget, fetchRange: FetchRange): Promise<RangeAnswer> | null {
+  serve(url: string, offset: number, length: number, timeoutMs: number, target: HeapTarget,
+        fetchRange: FetchRange): Promise<RangeAnswer> | null {
     if (this.disposed || url !== this.url || length <= 0) return null;
     // Pieces offered whose message has not been received yet: wait for them.
     if (this.received < Atomics.load(this.control, OFFERED)) {
