@@ -194,9 +194,10 @@ export interface HeapTarget {
   call: number;
   dst: number;
 }
-export const CALL_RUNNING = 0;
-export const CALL_DONE = 1;
-export const CALL_WRITING = 3;  // and 2: abandoned by the caller
+// The state word's values (host.js has the same): RUNNING, WRITING here;
+// DONE (1) and ABANDONED (2) are set by host.js and by the caller.
+const CALL_RUNNING = 0;
+const CALL_WRITING = 3;
 
 // A piece of the caller's early fetch: its bytes arrive at the start of
 // `bytes`, and are accepted only as a 206 for exactly the range asked, of

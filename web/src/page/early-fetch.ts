@@ -235,8 +235,8 @@ export class EarlyFetch {
     // The header's pieces on this thread: a worker's start would put the
     // first answer after the engine's first request, which then goes to
     // the server itself. They are few and small; the blocks are not.
-    const fetch = piece.reusable ? this.fetcher.fetch.bind(this.fetcher) : fetchTo;
-    const answer = await fetch(this.url, piece.offset, piece.length, this.readTimeoutMs, target,
+    const request = piece.reusable ? this.fetcher.fetch.bind(this.fetcher) : fetchTo;
+    const answer = await request(this.url, piece.offset, piece.length, this.readTimeoutMs, target,
                                (head) => this.heard(piece, head, state));
     if (answer.status !== 206 || answer.error || Atomics.load(piece.state, ARRIVED) !== piece.length) {
       this.fail(piece);

@@ -1,12 +1,12 @@
 // The page's end of one engine worker: starts it (a module Web Worker, or a
 // Node worker thread), matches replies to requests, routes events.
 
-import { canShareMemory, isNode, nodeImport } from '../env.js';
+import { canShareMemory, isNode, isThreadedBuild, nodeImport } from '../env.js';
 import { EngineStalledError, SipLLMError, errorFromKind } from '../errors.js';
 import { MIRROR_PRESENT, MIRROR_WORDS, readEngineProbe, readWorkerWords } from '../probe.js';
 import type { ProbeMirrorStart } from './probe-mirror.js';
 import type { StallDump } from '../probe.js';
-import type { LoadProgress } from '../types.js';
+import type { Build, LoadProgress } from '../types.js';
 import type { Answered, Replies, Reply, Request } from '../bridge/protocol.js';
 
 type Distribute<T> = T extends unknown ? Omit<T, 'id'> : never;
@@ -50,7 +50,7 @@ export class WorkerHandle {
   private heardAt = 0;
   private watchdog: ReturnType<typeof setInterval> | null = null;
   // A browser's copy of the engine's probe (probe.ts), and the worker that keeps it.
-  private mirror: { worker: Worker; words: Int32Array; port: MessagePort } | null = null;
+  private mirror: { worker: Worker; words: Int32Array } | null = null;
 
   private constructor(private readonly worker: WorkerLike, private readonly ref: (held: boolean) => void) {
     this.exited = new Promise((resolve) => {
@@ -78,14 +78,6 @@ export class WorkerHandle {
     // it: they then build worker.js with its imports into a worker chunk.
     const worker = new Worker(new URL('../worker/worker.js', import.meta.url), { type: 'module', name: 'sipllm-engine' });
     const handle = new WorkerHandle(worker, () => {});
-    if (canShareMemory()) {
-      const words = new Int32Array(new SharedArrayBuffer(4 * MIRROR_WORDS));
-      const channel = new MessageChannel();
-      const mirror = new Worker(new URL('./probe-mirror.js', import.meta.url), { type: 'module', name: 'sipllm-probe' });
-      const start: ProbeMirrorStart = { mirror: words.buffer as SharedArrayBuffer, port: channel.port2 };
-      mirror.postMessage(start, [channel.port2]);
-      handle.mirror = { worker: mirror, words, port: channel.port1 };
-    }
     worker.onmessage = (event: MessageEvent<Reply>) => handle.receive(event.data);
     worker.onerror = (event: ErrorEvent) => {
       event.preventDefault();
@@ -118,12 +110,25 @@ export class WorkerHandle {
         this.heardAt = performance.now();
         this.startWatchdog();
       }
-      // The probe's port goes with the init (see InitRequest).
-      const port = body.type === 'init' ? this.mirror?.port : undefined;
-      if (port !== undefined) (this.worker as Worker).postMessage({ ...body, id, probePort: port }, [port]);  // a browser's
+      // The probe mirror's port goes with the init (see InitRequest).
+      const port = body.type === 'init' ? this.startMirror(body.build) : null;
+      if (port !== null) (this.worker as Worker).postMessage({ ...body, id, probePort: port }, [port]);  // a browser's
       else this.worker.postMessage({ ...body, id });
     });
     return { id, reply };
+  }
+
+  // A browser's threaded builds: the worker that mirrors the engine's probe
+  // (probe.ts), and the port the engine worker tells it where the probe is on.
+  private startMirror(build: Build): MessagePort | null {
+    if (isNode || !isThreadedBuild(build) || !canShareMemory() || this.mirror !== null) return null;
+    const words = new Int32Array(new SharedArrayBuffer(4 * MIRROR_WORDS));
+    const channel = new MessageChannel();
+    const worker = new Worker(new URL('./probe-mirror.js', import.meta.url), { type: 'module', name: 'sipllm-probe' });
+    const start: ProbeMirrorStart = { mirror: words.buffer as SharedArrayBuffer, port: channel.port2 };
+    worker.postMessage(start, [channel.port2]);
+    this.mirror = { worker, words };
+    return channel.port1;
   }
 
   request<B extends AnsweredBody>(body: B): Promise<Replies[B['type']]> {

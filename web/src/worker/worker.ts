@@ -497,6 +497,7 @@ class EngineWorker {
     const raw = unwrap(this.open().stats());
     const source = raw.source ?? null;
     const cacheError = this.cacheError || source?.cacheError || '';
+    const fetching = this.fetcher.state;
     return {
       build: this.build,
       load: this.loadTimes,
@@ -508,7 +509,7 @@ class EngineWorker {
       loader: raw.loader,
       source,
       cache: { enabled: this.store !== null && (source === null || source.caching), error: cacheError },
-      fetch: { ...this.fetcher.state, workers: isThreadedBuild(this.build) && this.fetcher.state.workers },
+      fetch: { workers: isThreadedBuild(this.build) && fetching.workers, error: fetching.error },
       lastGeneration: this.lastGeneration,
     };
   }
