@@ -15,6 +15,11 @@ constexpr uint64_t kMaxIndexBytes = 64u << 20;
 // index that says so is damaged, and offsets computed from such pages could
 // overflow.
 constexpr uint64_t kMaxIndexPageBytes = 1u << 30;
+// Pages an index lists at most: 1 TiB in the default 1 MiB pages. Every page
+// stored rewrites the whole list, so a file of tens of millions of small
+// pages (a size a server may state) would cost seconds per page and tens of
+// megabytes per index; such a file is read without the cache instead.
+constexpr uint64_t kMaxIndexPages = uint64_t{1} << 20;
 // An index's bytes besides its URL, validators and page list: field names,
 // numbers, the header.
 constexpr uint64_t kIndexOverheadBytes = 256;
@@ -60,7 +65,7 @@ std::string cache_entry_refusal(const std::string& url, const RemoteFile& file, 
   const uint64_t pages = cache_page_count(file.size, page_bytes);
   const uint64_t text = url.size() + file.etag.size() + file.last_modified.size() + kIndexOverheadBytes +
                         kMaxRanges * kMaxRangeText;
-  if (text >= kMaxIndexBytes || pages > kMaxIndexBytes - text) {
+  if (pages > kMaxIndexPages || text >= kMaxIndexBytes || pages > kMaxIndexBytes - text) {
     return "a file of " + std::to_string(file.size) + " bytes has " + std::to_string(pages) + " pages of " +
            std::to_string(page_bytes) + " bytes, more than a cache index can list";
   }
@@ -191,7 +196,7 @@ std::optional<CacheIndex> CacheIndex::parse(const std::string& text) {
     return std::nullopt;
   }
   const uint64_t count = cache_page_count(index.file.size, index.page_bytes);
-  if (pages.size() != count) return std::nullopt;
+  if (pages.size() != count || count > kMaxIndexPages) return std::nullopt;
   index.pages.resize(count);
   for (uint64_t p = 0; p < count; ++p) {
     if (pages[p] != '0' && pages[p] != '1') return std::nullopt;

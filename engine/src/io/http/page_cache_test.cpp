@@ -238,6 +238,31 @@ TEST(HttpCache, AFileTooLargeForTheCacheStreamsWithoutIt) {
   }
 }
 
+TEST(HttpCache, AnIndexListsAtMostAMillionPages) {
+  // 2^20 pages of 4 KiB (4 GiB) get an entry; one byte more is read without
+  // the cache, whose index would list a page more than it may.
+  constexpr uint64_t kMostPages = uint64_t{1} << 20;
+  for (uint64_t stated : {kMostPages * kPage, kMostPages * kPage + 1}) {
+    auto store = std::make_shared<MemoryStore>();
+    auto server = std::make_shared<FakeServer>(4u << 20, stated);
+    HttpSourceOptions options;
+    options.cache = store;
+    options.parallel_requests = 1;
+    options.page_bytes = kPage;
+    auto source = open_http_source("http://host/large.gguf", server, options);
+    const HttpSourceStats stats = source->stats();
+    const bool fits = stated == kMostPages * kPage;
+    EXPECT_EQ(stats.caching, fits) << stated << ": " << stats.cache_error;
+    if (!fits) {
+      EXPECT_NE(stats.cache_error.find("more than a cache index can list"), std::string::npos) << stats.cache_error;
+    }
+    std::string bytes(1000, '\0');
+    source->read(3u << 20, bytes.data(), bytes.size());
+    EXPECT_EQ(bytes, file_bytes(3u << 20, bytes.size())) << stated;
+    EXPECT_EQ(load_cache_index(*store, "http://host/large.gguf").has_value(), fits) << stated;
+  }
+}
+
 // A store whose writes to one file, once the gate is closed, wait until it
 // opens: as a store call from an engine thread waits for the WebAssembly
 // build's main runtime thread to answer it.
