@@ -37,10 +37,54 @@ struct Scales {
   alignas(16) int32_t min[8];     // per 32 elements (Q4_K, Q5_K)
 };
 
+// The operations the formats' walks are written in: on one row's 16 bytes
+// (OneRow), or, natively with 512-bit vectors, on the same 16 bytes of four
+// rows side by side, row i in quarter i (FourRows, for decode below). Every
+// operation is bytewise or a 16-bit shift whose masks keep bits from crossing
+// bytes, so each quarter gets exactly what OneRow gives its row.
+struct OneRow {
+  using Vec = v128_t;
+  using Blocks = const uint8_t*;
+  static Vec load(Blocks block, size_t at) { return simd::load(block + at); }
+  static Vec splat(int8_t v) { return wasm_i8x16_splat(v); }
+  static Vec and_(Vec a, Vec b) { return wasm_v128_and(a, b); }
+  static Vec or_(Vec a, Vec b) { return wasm_v128_or(a, b); }
+  static Vec sub(Vec a, Vec b) { return wasm_i8x16_sub(a, b); }
+  static Vec eq(Vec a, Vec b) { return wasm_i8x16_eq(a, b); }
+  template <int kBits>
+  static Vec shl16(Vec v) { return wasm_i16x8_shl(v, kBits); }
+  template <int kBits>
+  static Vec shr16(Vec v) { return wasm_u16x8_shr(v, kBits); }
+};
+
+#if defined(SIPLLM_WIDE_GROUPS)
+struct FourRows {
+  using Vec = __m512i;
+  using Blocks = const uint8_t* const*;  // four rows' blocks
+  static Vec load(Blocks block, size_t at) {
+    const auto part = [&](int i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(block[i] + at)); };
+    __m512i v = _mm512_zextsi128_si512(part(0));
+    v = _mm512_maskz_inserti32x4(0xffff, v, part(1), 1);
+    v = _mm512_maskz_inserti32x4(0xffff, v, part(2), 2);
+    return _mm512_maskz_inserti32x4(0xffff, v, part(3), 3);
+  }
+  static Vec splat(int8_t v) { return _mm512_set1_epi8(v); }
+  static Vec and_(Vec a, Vec b) { return _mm512_and_si512(a, b); }
+  static Vec or_(Vec a, Vec b) { return _mm512_or_si512(a, b); }
+  static Vec sub(Vec a, Vec b) { return _mm512_sub_epi8(a, b); }
+  static Vec eq(Vec a, Vec b) { return _mm512_movm_epi8(_mm512_cmpeq_epi8_mask(a, b)); }
+  template <int kBits>
+  static Vec shl16(Vec v) { return _mm512_slli_epi16(v, kBits); }
+  template <int kBits>
+  static Vec shr16(Vec v) { return _mm512_srli_epi16(v, kBits); }
+};
+#endif
+
 // The high nibble of each byte: a 16-bit shift then a mask (wasm has no
 // 8-bit shift instruction; engines emulate i8x16.shr_u with more than two).
-inline v128_t high_nibbles(v128_t bytes) {
-  return wasm_v128_and(wasm_u16x8_shr(bytes, 4), wasm_i8x16_splat(0x0f));
+template <class L = OneRow>
+inline typename L::Vec high_nibbles(typename L::Vec bytes) {
+  return L::and_(L::template shr16<4>(bytes), L::splat(0x0f));
 }
 
 // Bytes 0-7 of v widened to the int32 arrays out[0..8).
@@ -81,16 +125,16 @@ struct Q4_KFormat {
   static uint16_t d_bits(const uint8_t* b) { return simd::load_u16(b + offsetof(BlockQ4_K, d)); }
   static uint16_t dmin_bits(const uint8_t* b) { return simd::load_u16(b + offsetof(BlockQ4_K, dmin)); }
   static void decode_scales(const uint8_t* b, Scales* s) { decode_k_scales(b + offsetof(BlockQ4_K, scales), s); }
-  template <bool kUnsigned = false, class Sink>
-  static void for_each_chunk(const uint8_t* b, Sink&& sink) {
-    const uint8_t* qs = b + offsetof(BlockQ4_K, qs);
-    const v128_t low = wasm_i8x16_splat(0x0f);
+  template <bool kUnsigned = false, class L = OneRow, class Sink>
+  static void for_each_chunk(typename L::Blocks b, Sink&& sink) {
+    constexpr size_t qs = offsetof(BlockQ4_K, qs);
+    const auto low = L::splat(0x0f);
     for (int c = 0; c < 4; ++c) {
-      const v128_t v0 = simd::load(qs + 32 * c), v1 = simd::load(qs + 32 * c + 16);
-      sink(64 * c, wasm_v128_and(v0, low), 2 * c);
-      sink(64 * c + 16, wasm_v128_and(v1, low), 2 * c);
-      sink(64 * c + 32, high_nibbles(v0), 2 * c + 1);
-      sink(64 * c + 48, high_nibbles(v1), 2 * c + 1);
+      const auto v0 = L::load(b, qs + 32 * c), v1 = L::load(b, qs + 32 * c + 16);
+      sink(64 * c, L::and_(v0, low), 2 * c);
+      sink(64 * c + 16, L::and_(v1, low), 2 * c);
+      sink(64 * c + 32, high_nibbles<L>(v0), 2 * c + 1);
+      sink(64 * c + 48, high_nibbles<L>(v1), 2 * c + 1);
     }
   }
   static void unpack_reference(const uint8_t* p, int16_t q[kQK_K], Scales* s, float* d, float* dmin) {
@@ -114,23 +158,22 @@ struct Q5_KFormat {
   static uint16_t d_bits(const uint8_t* b) { return simd::load_u16(b + offsetof(BlockQ5_K, d)); }
   static uint16_t dmin_bits(const uint8_t* b) { return simd::load_u16(b + offsetof(BlockQ5_K, dmin)); }
   static void decode_scales(const uint8_t* b, Scales* s) { decode_k_scales(b + offsetof(BlockQ5_K, scales), s); }
-  template <bool kUnsigned = false, class Sink>
-  static void for_each_chunk(const uint8_t* b, Sink&& sink) {
-    const uint8_t* qs = b + offsetof(BlockQ5_K, qs);
-    const uint8_t* qh = b + offsetof(BlockQ5_K, qh);
-    const v128_t h0 = simd::load(qh), h1 = simd::load(qh + 16);
-    const v128_t low = wasm_i8x16_splat(0x0f), sixteen = wasm_i8x16_splat(16);
+  template <bool kUnsigned = false, class L = OneRow, class Sink>
+  static void for_each_chunk(typename L::Blocks b, Sink&& sink) {
+    constexpr size_t qs = offsetof(BlockQ5_K, qs), qh = offsetof(BlockQ5_K, qh);
+    const auto h0 = L::load(b, qh), h1 = L::load(b, qh + 16);
+    const auto low = L::splat(0x0f), sixteen = L::splat(16);
     // 16 where bit `bit` of the qh byte is set.
-    auto fifth = [&](v128_t h, int bit) {
-      const v128_t mask = wasm_i8x16_splat(static_cast<int8_t>(1 << bit));
-      return wasm_v128_and(wasm_i8x16_eq(wasm_v128_and(h, mask), mask), sixteen);
+    auto fifth = [&](typename L::Vec h, int bit) {
+      const auto mask = L::splat(static_cast<int8_t>(1 << bit));
+      return L::and_(L::eq(L::and_(h, mask), mask), sixteen);
     };
     for (int c = 0; c < 4; ++c) {
-      const v128_t v0 = simd::load(qs + 32 * c), v1 = simd::load(qs + 32 * c + 16);
-      sink(64 * c, wasm_v128_or(wasm_v128_and(v0, low), fifth(h0, 2 * c)), 2 * c);
-      sink(64 * c + 16, wasm_v128_or(wasm_v128_and(v1, low), fifth(h1, 2 * c)), 2 * c);
-      sink(64 * c + 32, wasm_v128_or(high_nibbles(v0), fifth(h0, 2 * c + 1)), 2 * c + 1);
-      sink(64 * c + 48, wasm_v128_or(high_nibbles(v1), fifth(h1, 2 * c + 1)), 2 * c + 1);
+      const auto v0 = L::load(b, qs + 32 * c), v1 = L::load(b, qs + 32 * c + 16);
+      sink(64 * c, L::or_(L::and_(v0, low), fifth(h0, 2 * c)), 2 * c);
+      sink(64 * c + 16, L::or_(L::and_(v1, low), fifth(h1, 2 * c)), 2 * c);
+      sink(64 * c + 32, L::or_(high_nibbles<L>(v0), fifth(h0, 2 * c + 1)), 2 * c + 1);
+      sink(64 * c + 48, L::or_(high_nibbles<L>(v1), fifth(h1, 2 * c + 1)), 2 * c + 1);
     }
   }
   static void unpack_reference(const uint8_t* p, int16_t q[kQK_K], Scales* s, float* d, float* dmin) {
@@ -161,26 +204,26 @@ struct Q6_KFormat {
     simd::store(s->scale + 8, wasm_i32x4_extend_low_i16x8(hi));
     simd::store(s->scale + 12, wasm_i32x4_extend_high_i16x8(hi));
   }
-  template <bool kUnsigned = false, class Sink>
-  static void for_each_chunk(const uint8_t* b, Sink&& sink) {
-    const v128_t low = wasm_i8x16_splat(0x0f), thirty_two = wasm_i8x16_splat(kUnsigned ? 0 : 32);
+  template <bool kUnsigned = false, class L = OneRow, class Sink>
+  static void for_each_chunk(typename L::Blocks b, Sink&& sink) {
+    const auto low = L::splat(0x0f), thirty_two = L::splat(kUnsigned ? 0 : 32);
     for (int h = 0; h < 2; ++h) {
-      const uint8_t* ql = b + offsetof(BlockQ6_K, ql) + 64 * h;
-      const uint8_t* qh = b + offsetof(BlockQ6_K, qh) + 32 * h;
+      const size_t ql = offsetof(BlockQ6_K, ql) + 64 * h;
+      const size_t qh = offsetof(BlockQ6_K, qh) + 32 * h;
       for (int half = 0; half < 2; ++half) {  // l in [16 half, 16 half + 16)
-        const v128_t a = simd::load(ql + 16 * half), c = simd::load(ql + 32 + 16 * half);
-        const v128_t hb = simd::load(qh + 16 * half);
+        const auto a = L::load(b, ql + 16 * half), c = L::load(b, ql + 32 + 16 * half);
+        const auto hb = L::load(b, qh + 16 * half);
         // Each pair of high bits moved to bits 4-5 (16-bit shifts are exact
         // here: the masks keep bits from crossing into the next byte).
-        const v128_t bits01 = wasm_i16x8_shl(wasm_v128_and(hb, wasm_i8x16_splat(0x03)), 4);
-        const v128_t bits23 = wasm_i16x8_shl(wasm_v128_and(hb, wasm_i8x16_splat(0x0c)), 2);
-        const v128_t bits45 = wasm_v128_and(hb, wasm_i8x16_splat(0x30));
-        const v128_t bits67 = wasm_u16x8_shr(wasm_v128_and(hb, wasm_i8x16_splat(static_cast<int8_t>(0xc0))), 2);
+        const auto bits01 = L::template shl16<4>(L::and_(hb, L::splat(0x03)));
+        const auto bits23 = L::template shl16<2>(L::and_(hb, L::splat(0x0c)));
+        const auto bits45 = L::and_(hb, L::splat(0x30));
+        const auto bits67 = L::template shr16<2>(L::and_(hb, L::splat(static_cast<int8_t>(0xc0))));
         const int e = 128 * h + 16 * half;
-        sink(e, wasm_i8x16_sub(wasm_v128_or(wasm_v128_and(a, low), bits01), thirty_two), e / 16);
-        sink(e + 32, wasm_i8x16_sub(wasm_v128_or(wasm_v128_and(c, low), bits23), thirty_two), e / 16 + 2);
-        sink(e + 64, wasm_i8x16_sub(wasm_v128_or(high_nibbles(a), bits45), thirty_two), e / 16 + 4);
-        sink(e + 96, wasm_i8x16_sub(wasm_v128_or(high_nibbles(c), bits67), thirty_two), e / 16 + 6);
+        sink(e, L::sub(L::or_(L::and_(a, low), bits01), thirty_two), e / 16);
+        sink(e + 32, L::sub(L::or_(L::and_(c, low), bits23), thirty_two), e / 16 + 2);
+        sink(e + 64, L::sub(L::or_(high_nibbles<L>(a), bits45), thirty_two), e / 16 + 4);
+        sink(e + 96, L::sub(L::or_(high_nibbles<L>(c), bits67), thirty_two), e / 16 + 6);
       }
     }
   }
@@ -492,6 +535,86 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
   }
 }
 
+#if defined(SIPLLM_WIDE_GROUPS)
+// One position (decode) natively with 512-bit VNNI: a block of four rows at
+// once, row i's chunk of 16 values in quarter i (FourRows) and the
+// position's 16 activations broadcast to all four, so one vpdpbusd takes the
+// four rows' chunk where the 128-bit form takes four, and one multiplication
+// applies the four rows' scales of a group. The scales are decoded for the
+// four rows together and shuffled into place per group. Integer sums, exact:
+// the same A and B as dot_a_fused and dot_b, bit for bit.
+
+// Lane i: the sum of quarter i's four lanes.
+inline v128_t sums_of_quarters(__m512i v) {
+  v = _mm512_add_epi32(v, _mm512_maskz_shuffle_epi32(0xffff, v, _MM_PERM_CDAB));
+  v = _mm512_add_epi32(v, _mm512_maskz_shuffle_epi32(0xffff, v, _MM_PERM_BADC));
+  return simde_v128_from_m128i(_mm512_maskz_extracti32x4_epi32(0xf, _mm512_maskz_permutexvar_epi32(0xffff, _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), v), 0));
+}
+
+// Q4_K's and Q5_K's scales and mins, bytes 4-15 of each block, for four rows:
+// quarter i holds row i's eight scales in bytes 0-7 and eight mins in bytes
+// 8-15 (decode_k_scales' words scales_lo, scales_hi, mins_lo, mins_hi).
+inline __m512i k_scales_four(const uint8_t* const block[4]) {
+  const __m512i raw = FourRows::load(block, 0);  // lane 0: d, dmin; lanes 1-3: u0, u1, u2
+  const __m512i u01 = _mm512_maskz_shuffle_epi32(0xffff, raw, _MM_PERM_CCBB);  // u0, u0, u1, u1
+  const __m512i u2 = _mm512_maskz_srlv_epi32(0xffff, _mm512_maskz_shuffle_epi32(0xffff, raw, _MM_PERM_DDDD),
+                                       _mm512_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4));
+  const __m512i lo = _mm512_and_si512(u01, _mm512_set1_epi32(0x3f3f3f3f));
+  const __m512i hi = _mm512_or_si512(_mm512_and_si512(u2, _mm512_set1_epi32(0x0f0f0f0f)),
+                                     _mm512_maskz_slli_epi32(0xffff, _mm512_and_si512(_mm512_maskz_srli_epi32(0xffff, u01, 6), _mm512_set1_epi32(0x03030303)), 4));
+  return _mm512_mask_blend_epi32(0xaaaa, lo, hi);
+}
+
+// Row i's A in lane i of *a4, its B in lane i of *b4 (Q4_K, Q5_K).
+template <class F>
+void dot_ab_four_rows(const uint8_t* const block[4], const int8_t* x8, const int32_t* xsums16, const int32_t* xsums,
+                      v128_t* a4, v128_t* b4) {
+  __m512i acc = _mm512_setzero_si512();
+  __m512i scales;  // per group g: quarter i's lanes hold row i's scale
+  if constexpr (F::kHasMin) {
+    scales = k_scales_four(block);
+  } else {
+    scales = FourRows::load(block, offsetof(BlockQ6_K, scales));  // signed bytes
+  }
+  const auto scale_of_group = [&](int g) {
+    if constexpr (F::kHasMin) return _mm512_shuffle_epi8(scales, _mm512_set1_epi32(static_cast<int>(0x80808000u | g)));
+    else return _mm512_maskz_srai_epi32(0xffff, _mm512_shuffle_epi8(scales, _mm512_set1_epi32(static_cast<int>(0x00808080u | (g << 24)))), 24);
+  };
+  const auto x_at = [&](int e) { return _mm512_maskz_broadcast_i32x4(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x8 + e))); };
+  __m512i first_of_pair = _mm512_setzero_si512();
+  F::template for_each_chunk<true, FourRows>(block, [&](int e, __m512i q, int scale_index) {
+    __m512i sum;
+    if constexpr (F::kGroup == 32) {
+      if (e % 32 == 0) {
+        first_of_pair = q;
+        return;
+      }
+      sum = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), first_of_pair, x_at(e - 16)), q, x_at(e));
+    } else {
+      sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, x_at(e));
+    }
+    acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(sum, scale_of_group(scale_index)));
+  });
+  const auto broadcast_i16 = [](const int32_t* v) {  // eight sums of activations as int16 (|sum| <= 32 * 128)
+    return _mm512_maskz_broadcast_i32x4(0xffff, _mm_packs_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v)),
+                                                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(v + 4))));
+  };
+  if constexpr (F::kHasMin) {
+    const __m512i mins = _mm512_shuffle_epi8(
+        scales, _mm512_maskz_broadcast_i32x4(0xffff, _mm_setr_epi8(8, -128, 9, -128, 10, -128, 11, -128, 12, -128, 13, -128, 14, -128, 15, -128)));
+    *b4 = sums_of_quarters(_mm512_madd_epi16(mins, broadcast_i16(xsums)));
+  } else {  // Q6_K: the values were q, not q - 32
+    const __m512i low = _mm512_srai_epi16(_mm512_unpacklo_epi8(_mm512_setzero_si512(), scales), 8);   // scales 0-7
+    const __m512i high = _mm512_srai_epi16(_mm512_unpackhi_epi8(_mm512_setzero_si512(), scales), 8);  // 8-15
+    const __m512i offset = _mm512_add_epi32(_mm512_madd_epi16(low, broadcast_i16(xsums16)),
+                                            _mm512_madd_epi16(high, broadcast_i16(xsums16 + 8)));
+    acc = _mm512_sub_epi32(acc, _mm512_maskz_slli_epi32(0xffff, offset, 5));
+    *b4 = wasm_i32x4_splat(0);
+  }
+  *a4 = sums_of_quarters(acc);
+}
+#endif
+
 // One position (decode), the same sums in the same order, with the tile's
 // bytes read as one ascending stream, which the hardware prefetchers follow:
 // a tiled matrix block by block, a row-major one row after row, each whole
@@ -509,6 +632,21 @@ void dot_rows4_one(const RowTile& tile, int n_blocks, const QuantizedActivations
   const int32_t* xs = x.sums_row(p);
   acc[0] = wasm_f32x4_splat(0.0f);
   const simd::HalvesToFloats halves;
+#if defined(SIPLLM_WIDE_GROUPS)
+  if (tile.block_stride != F::kBytes) {  // tiled: the four rows' blocks one after another
+    for (int blk = 0; blk < n_blocks; ++blk) {
+      const uint8_t* block[4];
+      for (int i = 0; i < 4; ++i) {
+        block[i] = tile.row[i] + static_cast<size_t>(blk) * tile.block_stride;
+        tile.prefetch_ahead(block[i], F::kBytes);
+      }
+      v128_t a4, b4;
+      dot_ab_four_rows<F>(block, x8 + blk * kQK_K, xs16 + blk * (kQK_K / 16), xs + blk * (kQK_K / 32), &a4, &b4);
+      acc[0] = accumulate_block<F>(acc[0], a4, b4, BlockScales<F>(block, halves), x.d_row(p)[blk]);
+    }
+    return;
+  }
+#endif
   Scales s;
   for (int first = 0; first < n_blocks; first += kChunk) {
     const int count = n_blocks - first < kChunk ? n_blocks - first : kChunk;
