@@ -1,4 +1,4 @@
-// Loading, using and unloading a model twenty times in one page leaves the
+// Loading, using and unloading a model ten times in one page leaves the
 // tab's memory where it was: each load's worker and WebAssembly memory go
 // with its unload.
 
@@ -13,10 +13,12 @@ import { complete, expectReady, loadBundled, openDemo, setFields, unload } from 
 const launchOptions = config.use!.launchOptions!;
 test.use({ launchOptions: { ...launchOptions, args: [...launchOptions.args!, '--enable-blink-features=ForceEagerMeasureMemory'] } });
 
-const ROUNDS = 20;
+const ROUNDS = 10;
 // What a tab may keep between rounds: allocator and JIT caches, the page's
-// own DOM (the output and timeline redrawn each round).
-const ALLOWED_GROWTH_BYTES = 16e6;
+// own DOM (the output and timeline redrawn each round). (0.2 MB measured
+// over 19 rounds; a worker or WebAssembly memory left behind is 32 MB or
+// more, and 1 MB a round would show.)
+const ALLOWED_GROWTH_BYTES = 8e6;
 
 async function tabMemory(page: import('@playwright/test').Page): Promise<number> {
   // Counts the page and its workers, the WebAssembly memories included; it
@@ -27,7 +29,7 @@ async function tabMemory(page: import('@playwright/test').Page): Promise<number>
   });
 }
 
-test('twenty loads and unloads do not grow the tab', async ({ page }) => {
+test('ten loads and unloads do not grow the tab', async ({ page }) => {
   test.setTimeout(600_000);
   await expectReady(page, await openDemo(page));
   expect(await page.evaluate(() => globalThis.crossOriginIsolated)).toBe(true);
