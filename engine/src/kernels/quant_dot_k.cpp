@@ -548,7 +548,9 @@ void dot_rows4(const RowTile& tile, int n_blocks, const QuantizedActivations& x,
 inline v128_t sums_of_quarters(__m512i v) {
   v = _mm512_add_epi32(v, _mm512_maskz_shuffle_epi32(0xffff, v, _MM_PERM_CDAB));
   v = _mm512_add_epi32(v, _mm512_maskz_shuffle_epi32(0xffff, v, _MM_PERM_BADC));
-  return simde_v128_from_m128i(_mm512_maskz_extracti32x4_epi32(0xf, _mm512_maskz_permutexvar_epi32(0xffff, _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), v), 0));
+  const __m512i firsts = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i gathered = _mm512_maskz_permutexvar_epi32(0xffff, firsts, v);
+  return simde_v128_from_m128i(_mm512_maskz_extracti32x4_epi32(0xf, gathered, 0));
 }
 
 // Q4_K's and Q5_K's scales and mins, bytes 4-15 of each block, for four rows:
@@ -558,14 +560,15 @@ inline __m512i k_scales_four(const uint8_t* const block[4]) {
   const __m512i raw = FourRows::load(block, 0);  // lane 0: d, dmin; lanes 1-3: u0, u1, u2
   const __m512i u01 = _mm512_maskz_shuffle_epi32(0xffff, raw, _MM_PERM_CCBB);  // u0, u0, u1, u1
   const __m512i u2 = _mm512_maskz_srlv_epi32(0xffff, _mm512_maskz_shuffle_epi32(0xffff, raw, _MM_PERM_DDDD),
-                                       _mm512_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4));
+                                              _mm512_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4));
   const __m512i lo = _mm512_and_si512(u01, _mm512_set1_epi32(0x3f3f3f3f));
+  const __m512i top_bits = _mm512_and_si512(_mm512_maskz_srli_epi32(0xffff, u01, 6), _mm512_set1_epi32(0x03030303));
   const __m512i hi = _mm512_or_si512(_mm512_and_si512(u2, _mm512_set1_epi32(0x0f0f0f0f)),
-                                     _mm512_maskz_slli_epi32(0xffff, _mm512_and_si512(_mm512_maskz_srli_epi32(0xffff, u01, 6), _mm512_set1_epi32(0x03030303)), 4));
+                                     _mm512_maskz_slli_epi32(0xffff, top_bits, 4));
   return _mm512_mask_blend_epi32(0xaaaa, lo, hi);
 }
 
-// Row i's A in lane i of *a4, its B in lane i of *b4 (Q4_K, Q5_K).
+// Row i's A in lane i of *a4, its B in lane i of *b4 (zero for Q6_K, which has no mins).
 template <class F>
 void dot_ab_four_rows(const uint8_t* const block[4], const int8_t* x8, const int32_t* xsums16, const int32_t* xsums,
                       v128_t* a4, v128_t* b4) {
@@ -577,10 +580,19 @@ void dot_ab_four_rows(const uint8_t* const block[4], const int8_t* x8, const int
     scales = FourRows::load(block, offsetof(BlockQ6_K, scales));  // signed bytes
   }
   const auto scale_of_group = [&](int g) {
-    if constexpr (F::kHasMin) return _mm512_shuffle_epi8(scales, _mm512_set1_epi32(static_cast<int>(0x80808000u | g)));
-    else return _mm512_maskz_srai_epi32(0xffff, _mm512_shuffle_epi8(scales, _mm512_set1_epi32(static_cast<int>(0x00808080u | (g << 24)))), 24);
+    // Byte g of each quarter into each of its int32 lanes: zero-extended
+    // (Q4_K's and Q5_K's unsigned scales), or put in the top byte and
+    // shifted down with its sign (Q6_K's signed ones).
+    if constexpr (F::kHasMin) {
+      return _mm512_shuffle_epi8(scales, _mm512_set1_epi32(static_cast<int>(0x80808000u | g)));
+    } else {
+      const __m512i top = _mm512_shuffle_epi8(scales, _mm512_set1_epi32(static_cast<int>(0x00808080u | (g << 24))));
+      return _mm512_maskz_srai_epi32(0xffff, top, 24);
+    }
   };
-  const auto x_at = [&](int e) { return _mm512_maskz_broadcast_i32x4(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x8 + e))); };
+  const auto x_at = [&](int e) {  // activations e..e+15 in every quarter
+    return _mm512_maskz_broadcast_i32x4(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x8 + e)));
+  };
   __m512i first_of_pair = _mm512_setzero_si512();
   F::template for_each_chunk<true, FourRows>(block, [&](int e, __m512i q, int scale_index) {
     __m512i sum;
@@ -600,8 +612,9 @@ void dot_ab_four_rows(const uint8_t* const block[4], const int8_t* x8, const int
                                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(v + 4))));
   };
   if constexpr (F::kHasMin) {
-    const __m512i mins = _mm512_shuffle_epi8(
-        scales, _mm512_maskz_broadcast_i32x4(0xffff, _mm_setr_epi8(8, -128, 9, -128, 10, -128, 11, -128, 12, -128, 13, -128, 14, -128, 15, -128)));
+    const __m128i mins_as_i16 =
+        _mm_setr_epi8(8, -128, 9, -128, 10, -128, 11, -128, 12, -128, 13, -128, 14, -128, 15, -128);
+    const __m512i mins = _mm512_shuffle_epi8(scales, _mm512_maskz_broadcast_i32x4(0xffff, mins_as_i16));
     *b4 = sums_of_quarters(_mm512_madd_epi16(mins, broadcast_i16(xsums)));
   } else {  // Q6_K: the values were q, not q - 32
     const __m512i low = _mm512_srai_epi16(_mm512_unpacklo_epi8(_mm512_setzero_si512(), scales), 8);   // scales 0-7
