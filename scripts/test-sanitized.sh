@@ -40,9 +40,7 @@ case $kind in
     ;;
 esac
 if [ "$kind" = address ]; then
-  # The benchmarks are left out (the native build compiles them).
-  cmake --build "$dir" --target sipllm sipllm_tests sipllm_bridge_types \
-    sipllm_fuzz_gguf sipllm_fuzz_tokenizer sipllm_fuzz_range_response sipllm_fuzz_page_cache sipllm_fuzz_sampler
+  cmake --build "$dir"
 else
   # What the thread run needs, and no more: the benchmarks and the fuzz
   # targets that start no thread are left out (a ThreadSanitizer build is slow).
