@@ -45,8 +45,8 @@ mkdir -p "$out/obj"
 
 # Each source to an object (two at a time), the filter compiled into the
 # benchmark's main(); then one link.
-sources="$(ls engine/src/kernels/*.cpp | grep -v _test.cpp) engine/src/runtime/thread_pool.cpp
-  engine/src/model/tensor_type.cpp engine/src/runtime/kv_cache.cpp engine/src/error.cpp
+sources="$(ls engine/src/kernels/*.cpp | grep -v _test.cpp) engine/src/core/thread_pool.cpp
+  engine/src/model/tensor_type.cpp engine/src/core/kv_cache.cpp engine/src/error.cpp
   tests/bench/kernel_cases.cpp tests/bench/kernels_bench_plain.cpp"
 # (Old outputs are removed first, so that a failed step cannot leave a stale
 # module to run; Emscripten's warning about LLVM 19 is left out.)
