@@ -66,7 +66,8 @@ inline std::string camel_case(std::string_view snake) {
   X(prepareMs, kNumber, prepare_ms, "", "")                              \
   X(computeMs, kNumber, compute_ms, "", "")                              \
   X(waitMs, kNumber, wait_ms, "", "")                                    \
-  X(resident, kBoolean, resident, "", "")
+  X(resident, kBoolean, resident, "", "")                                \
+  X(uses, kNumber, uses, "", "An expert's: the positions that chose it.")
 
 // UnitEvent: one load of one unit (block or output-head piece) and its use;
 // times in ms since the loader started, 0 where a phase did not happen.

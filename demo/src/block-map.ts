@@ -1,8 +1,10 @@
 // The download as a person sees it: a bar of the file's bytes delivered to
 // the engine, and one cell per stream unit (a transformer block or a piece
 // of the output head) saying where that unit stands, live: still waiting,
-// streaming (its bytes arriving now), resident (kept in memory) or streamed
-// (re-read for every token because the memory budget cannot keep it); a unit
+// streaming (its bytes arriving now), resident (kept in memory; under a
+// budget, the experts of a mixture of experts used most lately are, and give
+// way to ones used more) or streamed (re-read for every token because the
+// memory budget cannot keep it); a unit
 // that has arrived is also marked cached when the persistent cache keeps its
 // bytes. The states come with the engine's progress events
 // (LoadProgress.units), which it sends about every 100 ms while a request
@@ -50,6 +52,7 @@ function shortName(name: string): string {
 export class BlockMap {
   private units: UnitProgress[] = [];
   private loads: number[] = [];  // per unit, in the last request
+  private uses: number[] = [];   // per expert, positions that chose it in the last request
   private progress: LoadProgress | null = null;
   private arrivals: Array<{ at: number; loaded: number }> = [];  // recent progress, for the rate
 
@@ -59,6 +62,7 @@ export class BlockMap {
   reset(): void {
     this.units = [];
     this.loads = [];
+    this.uses = [];
     this.progress = null;
     this.arrivals = [];
     this.render();
@@ -77,6 +81,7 @@ export class BlockMap {
   // The figures of the last request.
   update(stats: Stats): void {
     this.loads = stats.loader.units.map((unit) => unit.loads);
+    this.uses = stats.loader.units.map((unit) => unit.uses);
     this.render();
   }
 
@@ -108,9 +113,11 @@ export class BlockMap {
 
     this.cells.replaceChildren(...this.units.map((unit, i) => {
       const loads = this.loads[i];
+      const uses = /expert/.test(unit.name) ? this.uses[i] : undefined;
       const title = `${unit.name}: ${formatBytes(unit.bytes)}, ${STATE_TEXT[unit.state]}` +
                     `${unit.cached ? ', kept in the cache' : ''}` +
-                    `${loads === undefined ? '' : `; loaded ${loads}× in the last request`}`;
+                    `${loads === undefined ? '' : `; loaded ${loads}× in the last request`}` +
+                    `${uses === undefined ? '' : `, chosen by ${uses} position${uses === 1 ? '' : 's'}`}`;
       return el('span', {
         class: `unit ${unit.state}${unit.cached ? ' cached' : ''}`,
         'data-state': unit.state,

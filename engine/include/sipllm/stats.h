@@ -45,7 +45,10 @@ struct UnitCounters {
   // where matrices are unpacked): what a pass over it reads from memory.
   uint64_t memory_bytes = 0;
   double io_ms = 0, prepare_ms = 0, compute_ms = 0, wait_ms = 0;
+  // In memory now: resident, or an expert kept by use (its buffer may go to
+  // an expert used more lately).
   bool resident = false;
+  uint64_t uses = 0;  // an expert's: the positions that chose it
 };
 
 struct LoaderStats {

@@ -10,6 +10,8 @@
 
 #include "model/gguf.h"
 #include "model/gguf_writer.h"
+#include "model/model_description.h"
+#include "runtime/memory_plan.h"
 #include "sipllm/engine.h"
 #include "sipllm/error.h"
 #include "test_support.h"
@@ -102,6 +104,115 @@ TEST(Experts, OnlyTheChosenExpertsAreRead) {
                 static_cast<unsigned long long>(streamed->info().weight_bytes));
     EXPECT_EQ(Engine::open(make_memory_source(bytes))->evaluate({1}), logits);
   }
+}
+
+// Under a budget that holds the blocks, the head and a quarter of the
+// experts, the experts kept after a prompt are those most of its positions
+// chose (loading each expert in turn, a kept expert gives way to one chosen
+// by more positions), whatever their layer; the same prompt again reads
+// only the others, none of them twice. The logits are those of the whole
+// model in memory.
+TEST(Experts, APromptKeepsTheExpertsMostOfItsPositionsChose) {
+  const std::vector<uint8_t> bytes = fixture_bytes("qwen3moe-Q4_K_M.gguf");
+  std::vector<int32_t> prompt = {1};
+  for (int i = 1; i < 48; ++i) prompt.push_back(static_cast<int32_t>(3 + (i * 37 + i / 7) % 500));
+  EngineOptions options;
+  options.threads = 1;
+  options.loader.mode = LoaderMode::kSync;
+  auto whole = Engine::open(make_memory_source(bytes), options);
+  const std::vector<float> expected = whole->evaluate(prompt);
+  const LoaderStats everything = whole->loader_stats();
+
+  auto source = make_memory_source(bytes);
+  const GgufFile file = GgufFile::parse(*source);
+  const ModelDescription model = describe_model(file);
+  const int n_experts = model.n_units() - model.first_expert;
+  const MemoryPlan unlimited = MemoryPlan::make(model, options, 1);
+  uint64_t expert_bytes = 0;  // the largest (Q4_K_M's ffn_down is Q6_K in some layers, Q4_K in others)
+  for (int u = model.first_expert; u < model.n_units(); ++u) {
+    expert_bytes = std::max<uint64_t>(expert_bytes, unlimited.units[static_cast<size_t>(u)].buffer_bytes);
+  }
+  const int kept = n_experts / 4;
+  uint64_t budget = unlimited.working.total() + unlimited.ring_buffer_bytes + kept * expert_bytes + expert_bytes / 2;
+  for (int u = 0; u < model.first_expert; ++u) budget += unlimited.units[static_cast<size_t>(u)].buffer_bytes;
+  options.loader.memory_budget = budget;
+  const MemoryPlan plan = MemoryPlan::make(model, options, 1);
+  ASSERT_EQ(plan.kept_expert_buffers, kept);
+  for (int u = 0; u < model.first_expert; ++u) ASSERT_TRUE(plan.units[static_cast<size_t>(u)].resident) << u;
+
+  auto engine = Engine::open(make_memory_source(bytes), options);
+  EXPECT_EQ(engine->evaluate(prompt), expected);
+  const LoaderStats first = engine->loader_stats();
+  uint64_t least_kept = UINT64_MAX, most_other = 0, most_kept = 0;
+  uint64_t chosen_read = 0, chosen_not_kept_read = 0;
+  int kept_now = 0;
+  for (int u = model.first_expert; u < model.n_units(); ++u) {
+    const UnitCounters& unit = first.units[static_cast<size_t>(u)];
+    EXPECT_EQ(unit.uses, everything.units[static_cast<size_t>(u)].uses) << unit.name;
+    if (unit.uses > 0) chosen_read += unit.bytes;
+    if (unit.uses > 0 && !unit.resident) chosen_not_kept_read += unit.bytes;
+    if (unit.resident) {
+      ++kept_now;
+      least_kept = std::min(least_kept, unit.uses);
+      most_kept = std::max(most_kept, unit.uses);
+    } else {
+      most_other = std::max(most_other, unit.uses);
+    }
+  }
+  EXPECT_EQ(kept_now, kept);
+  EXPECT_GE(least_kept, most_other);
+  EXPECT_GT(most_kept, most_other) << "the prompt should choose some experts more than others";
+  uint64_t others_read = 0;
+  for (int u = 0; u < model.first_expert; ++u) others_read += first.units[static_cast<size_t>(u)].bytes;
+  EXPECT_EQ(first.bytes_read, others_read + chosen_read) << "every unit but the unchosen experts, once";
+
+  engine->reset();
+  EXPECT_EQ(engine->evaluate(prompt), expected);
+  const LoaderStats second = engine->loader_stats();  // this request's
+  EXPECT_EQ(second.bytes_read, chosen_not_kept_read);
+  EXPECT_EQ(second.resident_hits, static_cast<uint64_t>(model.first_expert + kept));
+}
+
+// As the conversation's KV cache grows within the budget, the kept
+// experts' buffers give way first (the blocks and the head stay resident),
+// the budget holds, and the text is the unbudgeted engine's.
+TEST(Experts, KeptExpertsGiveWayFirstAsTheKvCacheGrows) {
+  const std::vector<uint8_t> bytes = fixture_bytes("qwen3moe-Q4_K_M.gguf");
+  EngineOptions probe;
+  probe.loader.memory_budget = 0;
+  auto streamed = Engine::open(make_memory_source(bytes), probe);
+  const LoaderStats p = streamed->loader_stats();
+  const ModelInfo info = streamed->info();
+  const auto n_experts = static_cast<int>(info.hyperparameter("n_experts")) * info.n_layers();
+  uint64_t others = 0, expert_bytes = 0;
+  for (const UnitCounters& unit : p.units) {
+    if (unit.name.find(" expert ") == std::string::npos) {
+      others += unit.memory_bytes;
+    } else {
+      expert_bytes = std::max(expert_bytes, unit.memory_bytes);
+    }
+  }
+  EngineOptions options;
+  options.loader.memory_budget = p.working_bytes + p.ring_bytes + others + expert_bytes * (n_experts / 2);
+  auto engine = Engine::open(make_memory_source(bytes), options);
+  const auto count_kept = [&](const LoaderStats& s) {
+    int blocks = 0, experts = 0;
+    for (const UnitCounters& unit : s.units) {
+      if (unit.resident) ++(unit.name.find(" expert ") == std::string::npos ? blocks : experts);
+    }
+    return std::make_pair(blocks, experts);
+  };
+  GenerateOptions long_run = test::greedy(300);
+  long_run.sampling.logit_bias[info.eos] = -1e9f;  // no early end
+  const std::string text = test::generate_text(*engine, "Once upon a time", long_run);
+  EXPECT_EQ(text, test::generate_text(*Engine::open(make_memory_source(bytes)), "Once upon a time", long_run));
+  const LoaderStats s = engine->loader_stats();
+  const auto [blocks, experts] = count_kept(s);
+  EXPECT_EQ(blocks, static_cast<int>(s.units.size()) - n_experts) << "every block and the head stay resident";
+  EXPECT_GT(experts, 0);
+  EXPECT_LT(s.resident_bytes - others, expert_bytes * static_cast<uint64_t>(n_experts / 2))
+      << "some kept experts' buffers gave way";
+  EXPECT_LE(s.resident_bytes + s.ring_bytes + s.working_bytes, options.loader.memory_budget);
 }
 
 GgufWriter moe_writer(const std::string& family) { return test::random_family_writer(family); }

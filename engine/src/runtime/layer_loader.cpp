@@ -38,7 +38,8 @@ void LayerLoader::create_ring() {
 }
 
 uint64_t LayerLoader::planned_weight_bytes() const {
-  uint64_t total = static_cast<uint64_t>(ring_.size()) * largest_unit_;
+  uint64_t total = static_cast<uint64_t>(ring_.size()) * largest_unit_ +
+                   static_cast<uint64_t>(kept_experts_.size()) * kept_expert_bytes_;
   for (const UnitPlan& p : plans_) {
     if (p.resident) total += p.buffer_bytes;
   }
@@ -69,13 +70,13 @@ void LayerLoader::claim(uint64_t bytes) {
     const uint64_t ring_needed = ring_.empty() ? static_cast<uint64_t>(ring_buffers_) * largest_unit_ : 0;
     if (weights + reserved_ + bytes <= budget_ && (ring_needed == 0 || !any_streamed())) break;
     // Something must stream instead of staying: the embedding table first,
-    // then the units in reverse stream order, none that is being loaded or
-    // used right now.
+    // then the kept experts' buffers, then the units in reverse stream
+    // order, none that is being loaded or used right now.
     if (embedding_resident_ && embedding_->state != SlotState::kLoading) {
       embedding_resident_ = false;
       allocated_bytes_ -= embedding_->buffer.capacity;
       embedding_.reset();
-    } else {
+    } else if (!drop_kept_buffer()) {
       int victim = -1;
       bool busy = false;
       for (int u = n_units() - 1; u >= 0 && victim < 0; --u) {
@@ -136,6 +137,8 @@ LayerLoader::LayerLoader(WeightSource& source, const ModelDescription& model, co
       unpack_5bit_(plan.unpack_5bit),
       plans_(plan.units),
       ring_buffers_(plan.ring_buffers),
+      kept_expert_bytes_(plan.kept_expert_bytes),
+      expert_use_(model.n_units() - model.first_expert, model.shape.n_experts),
       embedding_resident_(plan.embedding_resident),
       epoch_(std::chrono::steady_clock::now()) {
   stats_.timeline_origin_ms = wall_clock_ms();
@@ -160,6 +163,12 @@ LayerLoader::LayerLoader(WeightSource& source, const ModelDescription& model, co
   // Ring buffers take the largest unit, streamed or not, so that a unit the
   // budget later makes stream (see claim) fits too.
   if (any_streamed()) create_ring();
+  // Allocated as experts come to fill them.
+  for (int i = 0; i < plan.kept_expert_buffers; ++i) {
+    kept_experts_.push_back(std::make_unique<Slot>());
+    kept_experts_.back()->kept = true;
+  }
+  if (!kept_experts_.empty()) kept_holder_.assign(static_cast<size_t>(n_units() - model_.first_expert), nullptr);
   if (embedding_resident_) embedding_ = std::make_unique<Slot>();
   if (mode_ == LoaderMode::kRing) {
     try {
@@ -300,8 +309,11 @@ std::vector<int> LayerLoader::lookahead() const {
   size_t streamed = 0;
   auto consider = [&](int unit) {
     const Slot* resident = resident_[static_cast<size_t>(unit)].get();
+    const Slot* held = resident == nullptr ? find_slot(unit) : nullptr;
     if (resident != nullptr) {
       if (resident->state == SlotState::kFree) window.push_back(unit);
+    } else if (held != nullptr && held->kept) {
+      window.push_back(unit);  // needs no ring buffer; in the window, it is not given up
     } else if (streamed < ring_.size()) {
       window.push_back(unit);
       ++streamed;
@@ -315,11 +327,78 @@ std::vector<int> LayerLoader::lookahead() const {
   return window;
 }
 
-LayerLoader::Slot* LayerLoader::find_slot(int unit) {
+LayerLoader::Slot* LayerLoader::find_slot(int unit) const {
   for (auto& slot : ring_) {
     if (slot->unit == unit && slot->state != SlotState::kFree) return slot.get();
   }
+  if (!kept_holder_.empty() && model_.is_expert(unit)) {
+    Slot* kept = kept_holder_[static_cast<size_t>(unit - model_.first_expert)];
+    if (kept != nullptr && kept->unit == unit && kept->state != SlotState::kFree) return kept;
+  }
   return nullptr;
+}
+
+LayerLoader::Slot* LayerLoader::kept_slot_for(int unit, const std::vector<int>& window) {
+  if (kept_experts_.empty() || !model_.is_expert(unit)) return nullptr;
+  const int incoming = unit - model_.first_expert;
+  std::vector<int> wanted_units = window;
+  std::sort(wanted_units.begin(), wanted_units.end());
+  Slot* least = nullptr;
+  double least_score = 0;
+  for (auto& slot : kept_experts_) {
+    if (slot->state == SlotState::kFree) return slot.get();
+    const bool wanted = std::binary_search(wanted_units.begin(), wanted_units.end(), slot->unit);
+    if (slot->state == SlotState::kFailed && !wanted) return slot.get();
+    if (slot->state != SlotState::kReady || wanted) continue;
+    const int kept = slot->unit - model_.first_expert;
+    if (!expert_use_.outweighs(incoming, kept)) continue;
+    if (least == nullptr || expert_use_.score(kept) < least_score) {
+      least = slot.get();
+      least_score = expert_use_.score(kept);
+    }
+  }
+  return least;
+}
+
+void LayerLoader::forget_kept(Slot& slot) {
+  if (!slot.kept || slot.unit < 0 || (slot.state != SlotState::kReady && slot.state != SlotState::kInUse)) return;
+  stats_.units[static_cast<size_t>(slot.unit)].resident = false;
+  --stats_.resident_units;
+  ++stats_.streamed_units;
+}
+
+void LayerLoader::begin_load(int unit, Slot& slot) {
+  forget_kept(slot);
+  if (slot.buffer.capacity < plans_[static_cast<size_t>(unit)].buffer_bytes) {
+    ensure_capacity(slot.buffer, std::max(plans_[static_cast<size_t>(unit)].buffer_bytes, slot.kept ? kept_expert_bytes_ : 0));
+  }
+  slot.state = SlotState::kLoading;
+  slot.unit = unit;
+  if (slot.kept) kept_holder_[static_cast<size_t>(unit - model_.first_expert)] = &slot;
+}
+
+bool LayerLoader::drop_kept_buffer() {
+  auto victim = kept_experts_.end();
+  for (auto it = kept_experts_.begin(); it != kept_experts_.end(); ++it) {
+    const SlotState state = (*it)->state;
+    if (state == SlotState::kLoading || state == SlotState::kInUse) continue;
+    if (state != SlotState::kReady) {  // holds nothing: the cheapest to give up
+      victim = it;
+      break;
+    }
+    if (victim == kept_experts_.end() || expert_use_.score((*it)->unit - model_.first_expert) <
+                                             expert_use_.score((*victim)->unit - model_.first_expert)) {
+      victim = it;
+    }
+  }
+  if (victim == kept_experts_.end()) return false;
+  forget_kept(**victim);
+  for (Slot*& holder : kept_holder_) {
+    if (holder == victim->get()) holder = nullptr;
+  }
+  allocated_bytes_ -= (*victim)->buffer.capacity;
+  kept_experts_.erase(victim);
+  return true;
 }
 
 bool LayerLoader::next_job(int* unit, Slot** slot) {
@@ -333,6 +412,11 @@ bool LayerLoader::next_job(int* unit, Slot** slot) {
       return true;
     }
     if (find_slot(u) != nullptr) continue;
+    if (Slot* kept = kept_slot_for(u, window)) {
+      *unit = u;
+      *slot = kept;
+      return true;
+    }
     // The window names at most ring_.size() streamed units, so some buffer
     // holds none of them (or nothing) and can take this one.
     for (auto& candidate : ring_) {
@@ -372,6 +456,11 @@ void LayerLoader::mark_loaded(int unit, Slot& slot) {
   stats_.prepare_ms += slot.prepare_end - slot.io_end;
   stats_.bytes_read += plans_[static_cast<size_t>(unit)].read_bytes;
   ++stats_.units_loaded;
+  if (slot.kept) {
+    c.resident = true;
+    ++stats_.resident_units;
+    --stats_.streamed_units;
+  }
 }
 
 void LayerLoader::worker_loop() {
@@ -381,11 +470,7 @@ void LayerLoader::worker_loop() {
     Slot* slot = nullptr;
     work_.wait(lock, [&] { return stopping_ || next_job(&unit, &slot); });
     if (stopping_) return;
-    if (slot->buffer.capacity < plans_[static_cast<size_t>(unit)].buffer_bytes) {
-      ensure_capacity(slot->buffer, plans_[static_cast<size_t>(unit)].buffer_bytes);
-    }
-    slot->state = SlotState::kLoading;
-    slot->unit = unit;
+    begin_load(unit, *slot);
     const uint64_t generation = generation_;
     lock.unlock();
     if (probe_ != nullptr) probe_->units_loading.fetch_add(1);
@@ -435,12 +520,23 @@ void LayerLoader::announce(const std::vector<int>& units) {
   wake_all();
 }
 
-void LayerLoader::announce_next(const std::vector<int>& units) {
+void LayerLoader::announce_experts(const std::vector<int>& units, const std::vector<int>& positions) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<int> experts;
+    for (size_t i = 0; i < units.size(); ++i) {
+      experts.push_back(units[i] - model_.first_expert);
+      stats_.units[static_cast<size_t>(units[i])].uses += static_cast<uint64_t>(positions[i]);
+    }
+    expert_use_.routed(experts, positions);
     announced_.insert(announced_.begin(), units.begin(), units.end());
   }
   wake_all();
+}
+
+void LayerLoader::begin_pass(int positions) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  expert_use_.begin_pass(positions);
 }
 
 void LayerLoader::set_continuation(bool expected) {
@@ -470,11 +566,11 @@ const UnitWeights& LayerLoader::acquire(int unit) {
 
   if (!hit && mode_ == LoaderMode::kSync) {
     // Load on this thread. The single ring buffer (or the unit's resident
-    // buffer) is free: sync mode never has a second unit in flight.
+    // buffer, or a kept expert's) is free: sync mode never has a second unit
+    // in flight.
+    if (slot == nullptr) slot = kept_slot_for(unit, lookahead());
     if (slot == nullptr) slot = ring_.front().get();
-    ensure_capacity(slot->buffer, plan.buffer_bytes);
-    slot->state = SlotState::kLoading;
-    slot->unit = unit;
+    begin_load(unit, *slot);
     lock.unlock();
     try {
       load_into(unit, *slot);
@@ -513,7 +609,7 @@ const UnitWeights& LayerLoader::acquire(int unit) {
 
   slot->state = SlotState::kInUse;
   const double got = now();
-  if (plan.resident) {
+  if (plan.resident || (slot->kept && hit)) {
     ++stats_.resident_hits;
   } else if (hit) {
     ++stats_.prefetch_hits;
@@ -525,7 +621,7 @@ const UnitWeights& LayerLoader::acquire(int unit) {
   UnitEvent event;
   event.unit = unit;
   event.hit = hit;
-  event.resident = plan.resident && hit;
+  event.resident = hit && (plan.resident || slot->kept);  // kept: an expert kept by use
   event.compute_start_ms = got;
   if (!slot->load_reported) {
     stats_.bytes_consumed += plan.read_bytes;
@@ -708,6 +804,12 @@ void LayerLoader::reset() {
         slot->state = SlotState::kFree;
       }
     }
+    for (auto& slot : kept_experts_) {
+      if (slot->state != SlotState::kLoading && slot->state != SlotState::kReady) {
+        forget_kept(*slot);
+        slot->state = SlotState::kFree;
+      }
+    }
   }
   wake_all();
 }
@@ -719,6 +821,7 @@ LoaderStats LayerLoader::stats() const {
   for (size_t u = 0; u < plans_.size(); ++u) {
     if (resident_[u] != nullptr) s.resident_bytes += resident_[u]->buffer.capacity;
   }
+  for (const auto& slot : kept_experts_) s.resident_bytes += slot->buffer.capacity;
   if (embedding_ != nullptr) s.resident_bytes += embedding_->buffer.capacity;
   s.memory_budget = budget_;
   s.working_bytes = reserved_;
@@ -739,7 +842,7 @@ void LayerLoader::reset_counters() {
   fresh.units = stats_.units;
   fresh.timeline_origin_ms = stats_.timeline_origin_ms;
   for (UnitCounters& c : fresh.units) {
-    c.loads = 0;
+    c.loads = c.uses = 0;
     c.io_ms = c.prepare_ms = c.compute_ms = c.wait_ms = 0;
   }
   stats_ = std::move(fresh);

@@ -10,7 +10,10 @@
 //
 // Which units stay resident (loaded once, never evicted) and which stream on
 // every pass, the ring's size and the units' layout come from the MemoryPlan;
-// as the KV cache grows, resident units give way (claim).
+// as the KV cache grows, resident units give way (claim). A mixture of
+// experts whose experts the budget cannot all hold keeps some by use
+// instead: buffers for the experts used most lately (ExpertUse), which an
+// expert streamed in takes over from a less used one.
 //
 // The compute thread announces the sequence of units it is about to need
 // (announce), then takes each in turn (acquire ... release). The worker loads
@@ -32,6 +35,7 @@
 #include "sipllm/engine_probe.h"
 
 #include "model/model_description.h"
+#include "runtime/expert_use.h"
 #include "runtime/memory_plan.h"
 #include "runtime/recent_rows.h"
 #include "model/unit_weights.h"
@@ -69,9 +73,13 @@ class LayerLoader {
 
   // Appends units the compute thread will acquire next, in order.
   void announce(const std::vector<int>& units);
-  // Puts units before those announced: the ones the compute thread takes
-  // first (the experts a layer's positions chose, known once it has routed).
-  void announce_next(const std::vector<int>& units);
+  // Puts the experts a layer's positions chose (known once it has routed)
+  // before the units announced, the compute thread takes them first;
+  // positions[i] of the positions chose units[i]: what keeps experts.
+  void announce_experts(const std::vector<int>& units, const std::vector<int>& positions);
+  // A pass over `positions` positions begins: the experts' earlier uses
+  // count for less.
+  void begin_pass(int positions);
   // Whether another pass over the model is expected after the announced units.
   void set_continuation(bool expected);
 
@@ -126,6 +134,7 @@ class LayerLoader {
     ErrorKind error_kind = ErrorKind::kIo;
     double io_start = 0, io_end = 0, prepare_end = 0;
     bool load_reported = true;  // whether a timeline event carries this load
+    bool kept = false;          // a buffer of kept experts (kept_experts_)
     uint64_t generation = 0;  // bumps on reset, so a stale load is discarded
   };
 
@@ -146,7 +155,20 @@ class LayerLoader {
   bool next_job(int* unit, Slot** slot);
   // Under mutex_: the units to load next, in the order they will be needed.
   std::vector<int> lookahead() const;
-  Slot* find_slot(int unit);
+  // Under mutex_: the ring's or the kept experts' slot holding or loading `unit`.
+  Slot* find_slot(int unit) const;
+  // Under mutex_: a kept experts' buffer for loading expert `unit` now: a
+  // free one, or the least used of those `unit` outweighs
+  // (ExpertUse::outweighs) and `window` does not want; null when it should
+  // stream through the ring.
+  Slot* kept_slot_for(int unit, const std::vector<int>& window);
+  // Under mutex_: `slot` starts loading `unit` (what it kept, if anything, is gone).
+  void begin_load(int unit, Slot& slot);
+  // Under mutex_: a kept slot's expert is no longer in memory.
+  void forget_kept(Slot& slot);
+  // Under mutex_: frees one kept experts' buffer not in use (the least
+  // used), for claim(); false when none is.
+  bool drop_kept_buffer();
   double now() const;
   static double wall_clock_ms();
   void ensure_capacity(Buffer& buffer, size_t bytes);
@@ -164,6 +186,12 @@ class LayerLoader {
   std::vector<std::unique_ptr<Slot>> resident_;  // per unit; null when streamed
   std::vector<std::unique_ptr<Slot>> ring_;
   int ring_buffers_;  // what the budget allows of the ring asked for
+  std::vector<std::unique_ptr<Slot>> kept_experts_;  // MemoryPlan::kept_expert_buffers
+  const size_t kept_expert_bytes_;
+  // Per expert unit (- first_expert), the kept buffer it was last loaded
+  // into: it holds the unit while that buffer's unit is still this one.
+  std::vector<Slot*> kept_holder_;
+  ExpertUse expert_use_;  // by expert unit - model_.first_expert
   bool embedding_resident_;
   std::unique_ptr<Slot> embedding_;  // the whole token_embd when resident and untied
   std::unique_ptr<RecentRows> recent_per_layer_rows_;  // made on first use (compute thread only)

@@ -236,11 +236,20 @@ MemoryPlan MemoryPlan::for_loader(const ModelDescription& model, const LoaderOpt
         static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(plan.ring_buffers), available / largest));
     remaining = available - static_cast<uint64_t>(plan.ring_buffers) * largest;
   }
-  for (UnitPlan& u : plan.units) {
+  for (int i = 0; i < model.first_expert; ++i) {
+    UnitPlan& u = plan.units[static_cast<size_t>(i)];
     if (u.buffer_bytes <= remaining) {
       u.resident = true;
       remaining -= u.buffer_bytes;
     }
+  }
+  // Experts, last in stream order, take what is left, by use.
+  for (int i = model.first_expert; i < model.n_units(); ++i) {
+    plan.kept_expert_bytes = std::max(plan.kept_expert_bytes, plan.units[static_cast<size_t>(i)].buffer_bytes);
+  }
+  if (plan.kept_expert_bytes > 0) {
+    plan.kept_expert_buffers = static_cast<int>(remaining / plan.kept_expert_bytes);
+    remaining -= static_cast<uint64_t>(plan.kept_expert_buffers) * plan.kept_expert_bytes;
   }
   // The embedding table comes last: a decode step needs one row of it.
   plan.embedding_resident = !model.tied_output && model.token_embd->bytes <= remaining;

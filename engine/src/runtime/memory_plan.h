@@ -59,6 +59,12 @@ struct MemoryPlan {
   // the ring asked for), each holding the largest unit as the file has it.
   int ring_buffers = 1;
   size_t ring_buffer_bytes = 0;
+  // A mixture of experts whose experts the budget cannot all hold: the
+  // budget left after the other units keeps experts by use instead of the
+  // first ones in stream order (LayerLoader, ExpertUse), in buffers of the
+  // largest expert. 0 when every expert is resident or nothing is left.
+  int kept_expert_buffers = 0;
+  size_t kept_expert_bytes = 0;
 
   // The plan of an engine with `threads` compute threads. Throws
   // Error(kOutOfBudget) naming the size needed when a non-zero budget cannot

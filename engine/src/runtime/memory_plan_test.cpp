@@ -26,6 +26,7 @@ uint64_t planned_bytes(const MemoryPlan& plan, const ModelDescription& model) {
   uint64_t bytes = plan.working.total();
   if (plan.any_streamed()) bytes += static_cast<uint64_t>(plan.ring_buffers) * plan.ring_buffer_bytes;
   for (const UnitPlan& u : plan.units) bytes += u.resident ? u.buffer_bytes : 0;
+  bytes += static_cast<uint64_t>(plan.kept_expert_buffers) * plan.kept_expert_bytes;
   if (plan.embedding_resident) bytes += model.token_embd->bytes;
   return bytes;
 }

@@ -164,6 +164,7 @@ void Transformer::prefill(const int32_t* tokens, int n, int start_pos, KvCache& 
 
 void Transformer::forward_rows(const int32_t* tokens, const std::vector<Segment>& segments) {
   const int m = size_rows(segments);
+  loader_.begin_pass(m);
   loader_.embed(tokens, m, x_.data());
   if (model_.family->scale_embedding) scale_in_place(x_.data(), m * shape_.dim, std::sqrt(static_cast<float>(shape_.dim)));
   // Every layer's per-layer token embeddings, one range read per distinct
@@ -180,9 +181,12 @@ void Transformer::forward_rows(const int32_t* tokens, const std::vector<Segment>
     // unit, read once for all the positions that chose it.
     if (model_.layers[static_cast<size_t>(l)].experts) {
       const std::vector<int> experts = chosen_experts();
-      std::vector<int> units;
-      for (int e : experts) units.push_back(model_.expert_unit(l, e));
-      loader_.announce_next(units);
+      std::vector<int> units, positions;
+      for (int e : experts) {
+        units.push_back(model_.expert_unit(l, e));
+        positions.push_back(static_cast<int>(std::count(expert_choices_.begin(), expert_choices_.end(), e)));
+      }
+      loader_.announce_experts(units, positions);
       run_experts(l, m, experts, [&](int e) -> const UnitWeights& { return loader_.acquire(model_.expert_unit(l, e)); },
                   [&](int e) { loader_.release(model_.expert_unit(l, e)); });
     }

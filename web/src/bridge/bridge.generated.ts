@@ -362,6 +362,8 @@ export interface UnitCounters {
   computeMs: number;
   waitMs: number;
   resident: boolean;
+  /** An expert's: the positions that chose it. */
+  uses: number;
 }
 
 /**
