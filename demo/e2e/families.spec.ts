@@ -70,5 +70,13 @@ for (const family of FAMILIES) {
     expect(stats.loader.residentBytes + stats.loader.ringBytes).toBeLessThanOrEqual(weights + 2e3);
     expect(stats.loader.peakWeightBytes + stats.loader.workingBytes).toBeLessThanOrEqual(budgetMb * 1e6);
     expect(stats.loader.units.filter((unit) => !unit.resident).length).toBeGreaterThan(0);
+    // The timeline: a row per unit, but a mixture of experts' experts share
+    // one per layer; the prefill's end (a pass over every row) is found.
+    const experts = stats.loader.units.filter((unit) => / expert /.test(unit.name));
+    const expertLayers = new Set(experts.map((unit) => unit.name.split(' ')[1]));
+    const timeline = page.locator('#timeline');
+    expect(Number(await timeline.getAttribute('data-rows')))
+      .toBe(stats.loader.units.length - experts.length + expertLayers.size);
+    expect(await timeline.getAttribute('data-first-token-ms')).not.toBe('');
   });
 }

@@ -2,7 +2,9 @@
 // row per stream unit; in each row the I/O of every load (bytes arriving),
 // its preparation, and the computation that used it. With the prefetch ring
 // the I/O of unit L+1 runs while unit L computes: the bars of neighbouring
-// rows overlap in time instead of forming a staircase.
+// rows overlap in time instead of forming a staircase. A mixture of experts'
+// experts share one row per layer, below their block's: the experts a layer's
+// positions chose arrive there one after another while others compute.
 
 import type { UnitCounters, UnitEvent } from 'sipllm';
 
@@ -32,20 +34,49 @@ function eventStart(event: UnitEvent): number {
   return event.ioStartMs > 0 ? event.ioStartMs : event.computeStartMs;
 }
 
+const EXPERT = /^block (\d+) expert \d+$/;
+
+// The chart's rows: a unit each, but a mixture of experts' experts, which
+// share a row per layer (hundreds of rows a layer would each be too thin to
+// see), placed after their block's row. rowOf[unit] is the unit's row.
+export function timelineRows(units: UnitCounters[]): { names: string[]; rowOf: number[] } {
+  const expertLayers = new Set<string>();
+  for (const unit of units) {
+    const layer = EXPERT.exec(unit.name)?.[1];
+    if (layer !== undefined) expertLayers.add(layer);
+  }
+  const names: string[] = [];
+  const rowOf: number[] = [];
+  const layerRow = new Map<string, number>();
+  units.forEach((unit, i) => {
+    if (EXPERT.test(unit.name)) return;
+    rowOf[i] = names.push(unit.name) - 1;
+    const block = /^block (\d+)$/.exec(unit.name)?.[1];
+    if (block !== undefined && expertLayers.has(block)) layerRow.set(block, names.push(`${unit.name} experts`) - 1);
+  });
+  units.forEach((unit, i) => {
+    const layer = EXPERT.exec(unit.name)?.[1];
+    if (layer !== undefined) rowOf[i] = layerRow.get(layer) ?? 0;
+  });
+  return { names, rowOf };
+}
+
 // When the first token was ready: the end of the computation of the first
-// pass over every unit (the prefill), as the timeline records it.
-export function firstPassEnd(events: UnitEvent[], unitCount: number): number | null {
+// pass over every row (the prefill: every unit, and some expert of each
+// layer), as the timeline records it.
+export function firstPassEnd(events: UnitEvent[], rowOf: number[], rowCount: number): number | null {
   const seen = new Set<number>();
   for (const event of events) {
-    seen.add(event.unit);
-    if (seen.size === unitCount) return event.computeEndMs;
+    seen.add(rowOf[event.unit]);
+    if (seen.size === rowCount) return event.computeEndMs;
   }
   return null;
 }
 
 export function drawTimeline(canvas: HTMLCanvasElement, events: UnitEvent[], units: UnitCounters[],
                              view: TimelineView): void {
-  const rows = Math.max(units.length, 1);
+  const { names, rowOf } = timelineRows(units);
+  const rows = Math.max(names.length, 1);
   const rowHeight = Math.max(MIN_ROW_HEIGHT, Math.min(MAX_ROW_HEIGHT, Math.floor(PLOT_HEIGHT / rows)));
   const labelEvery = Math.ceil(12 / rowHeight);
   const cssWidth = Math.max(canvas.parentElement?.clientWidth ?? 600, 320);
@@ -57,6 +88,8 @@ export function drawTimeline(canvas: HTMLCanvasElement, events: UnitEvent[], uni
   canvas.style.height = `${cssHeight}px`;
   canvas.dataset.events = String(events.length);
   canvas.dataset.units = String(units.length);
+  canvas.dataset.rows = String(names.length);
+  canvas.dataset.firstTokenMs = '';
 
   const g = canvas.getContext('2d');
   if (g === null) return;
@@ -68,13 +101,13 @@ export function drawTimeline(canvas: HTMLCanvasElement, events: UnitEvent[], uni
   const plotWidth = cssWidth - LABEL_WIDTH - 8;
 
   // Rows and labels.
-  units.forEach((unit, row) => {
+  names.forEach((name, row) => {
     const top = row * rowHeight;
     g.fillStyle = row % 2 === 0 ? '#f9fafb' : '#ffffff';
     g.fillRect(LABEL_WIDTH, top, plotWidth, rowHeight);
     if (row % labelEvery === 0) {
       g.fillStyle = COLORS.text;
-      g.fillText(unit.name, 4, top + rowHeight / 2);
+      g.fillText(name, 4, top + rowHeight / 2);
     }
   });
   if (events.length === 0) {
@@ -84,7 +117,8 @@ export function drawTimeline(canvas: HTMLCanvasElement, events: UnitEvent[], uni
   }
 
   const origin = Math.min(...events.map(eventStart));
-  const firstToken = firstPassEnd(events, units.length);
+  const firstToken = firstPassEnd(events, rowOf, names.length);
+  canvas.dataset.firstTokenMs = firstToken === null ? '' : String(firstToken - origin);
   const lastEnd = Math.max(...events.map((e) => Math.max(e.computeEndMs, e.ioEndMs, e.prepareEndMs)));
   const end = view.prefillOnly && firstToken !== null ? firstToken : lastEnd;
   const span = Math.max(end - origin, 1e-3);
@@ -99,7 +133,7 @@ export function drawTimeline(canvas: HTMLCanvasElement, events: UnitEvent[], uni
 
   // I/O and preparation in the upper half of a row, computation in the lower.
   for (const event of events) {
-    const top = event.unit * rowHeight;
+    const top = (rowOf[event.unit] ?? 0) * rowHeight;
     const half = Math.max((rowHeight - 4) / 2, 2);
     if (event.ioEndMs > 0) {
       bar(event.ioStartMs, event.ioEndMs, top + 2, half, COLORS.io);

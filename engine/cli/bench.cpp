@@ -195,6 +195,23 @@ void print_report(const GenerationStats& s, const GenerationStats* again, const 
   std::printf("weights in memory resident %.3f MB (%d units), ring %.3f MB (%d streamed units), peak %.3f MB\n",
               mb(l.resident_bytes), l.resident_units, mb(l.ring_bytes), l.streamed_units,
               mb(l.peak_weight_bytes));
+  if (experts > 0) {
+    // The request's distinct experts (what a prompt's bytes grow with) and
+    // the ones kept in memory now.
+    int n_experts = 0, chosen = 0, kept = 0;
+    uint64_t chosen_bytes = 0;
+    for (const UnitCounters& u : l.units) {
+      if (u.name.find(" expert ") == std::string::npos) continue;
+      ++n_experts;
+      if (u.uses > 0) {
+        ++chosen;
+        chosen_bytes += u.bytes;
+      }
+      if (u.resident) ++kept;
+    }
+    std::printf("experts           %d of %d chosen in this request (%.3f MB), %d kept in memory\n", chosen,
+                n_experts, mb(chosen_bytes), kept);
+  }
   std::printf("KV cache          %.3f MB\n", mb(s.kv_cache_bytes));
   if (s.recurrent_state_bytes > 0) std::printf("recurrent state   %.3f MB (with its checkpoint)\n", mb(s.recurrent_state_bytes));
   std::printf("peak RSS          %.1f MB\n", mb(peak_rss));
