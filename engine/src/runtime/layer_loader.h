@@ -74,8 +74,9 @@ class LayerLoader {
   // Appends units the compute thread will acquire next, in order.
   void announce(const std::vector<int>& units);
   // Puts the experts a layer's positions chose (known once it has routed)
-  // before the units announced, the compute thread takes them first;
-  // positions[i] of the positions chose units[i]: what keeps experts.
+  // before the units announced: the compute thread takes them first.
+  // positions[i] positions chose units[i]; which experts stay kept goes by
+  // these counts.
   void announce_experts(const std::vector<int>& units, const std::vector<int>& positions);
   // A pass over `positions` positions begins: the experts' earlier uses
   // count for less.
