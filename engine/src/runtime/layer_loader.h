@@ -123,8 +123,10 @@ class LayerLoader {
     void operator()(uint8_t* p) const;
   };
   struct Buffer {
-    std::unique_ptr<uint8_t[], AlignedFree> data;
+    std::unique_ptr<uint8_t[], AlignedFree> data;  // null for a part of kept_arena_
+    uint8_t* part = nullptr;                       // that part
     size_t capacity = 0;
+    uint8_t* bytes() const { return data != nullptr ? data.get() : part; }
   };
   struct Slot {
     SlotState state = SlotState::kFree;
@@ -192,6 +194,8 @@ class LayerLoader {
   // Per expert unit (- first_expert), the kept buffer it was last loaded
   // into: it holds the unit while that buffer's unit is still this one.
   std::vector<Slot*> kept_holder_;
+  // Natively, the kept buffers are parts of this one allocation (see the constructor).
+  Buffer kept_arena_;
   ExpertUse expert_use_;  // by expert unit - model_.first_expert
   bool embedding_resident_;
   std::unique_ptr<Slot> embedding_;  // the whole token_embd when resident and untied
