@@ -173,10 +173,11 @@ LayerLoader::LayerLoader(WeightSource& source, const ModelDescription& model, co
 #if defined(__linux__)
   // Natively, one allocation holds them all, in huge pages throughout:
   // buffers of their own, each 2 MiB-aligned, leave each one's tail (0.6 MB
-  // of a 2.6 MB expert) to 4 KiB pages, whose faults made the first prompt
-  // of the qwen3-30b-a3b shape at 4 GiB a third slower on a virtual
-  // machine. (In WebAssembly there are no huge pages, and a buffer of its
-  // own that claim() drops goes back to malloc, for the KV cache.)
+  // of a 2.6 MB expert) to 4 KiB pages, which doubled the page faults of the
+  // first prompt (qwen3-30b-a3b at 4 GiB: 330 k against 164 k, at ~13 us
+  // each on a virtual machine). (In WebAssembly there are no huge pages, and
+  // a buffer of its own that claim() drops goes back to malloc, for the KV
+  // cache.)
   if (!kept_experts_.empty()) {
     ensure_capacity(kept_arena_, kept_expert_bytes_ * kept_experts_.size());
     for (size_t i = 0; i < kept_experts_.size(); ++i) {
