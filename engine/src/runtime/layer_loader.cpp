@@ -350,16 +350,14 @@ LayerLoader::Slot* LayerLoader::find_slot(int unit) const {
   }
   if (!kept_holder_.empty() && model_.is_expert(unit)) {
     Slot* kept = kept_holder_[static_cast<size_t>(unit - model_.first_expert)];
-    if (kept != nullptr && kept->unit == unit && kept->state != SlotState::kFree) return kept;
+    if (kept != nullptr && kept->state != SlotState::kFree) return kept;
   }
   return nullptr;
 }
 
-LayerLoader::Slot* LayerLoader::kept_slot_for(int unit, const std::vector<int>& window) {
+LayerLoader::Slot* LayerLoader::kept_slot_for(int unit, const std::vector<int>& wanted_units) {
   if (kept_experts_.empty() || !model_.is_expert(unit)) return nullptr;
   const int incoming = unit - model_.first_expert;
-  std::vector<int> wanted_units = window;
-  std::sort(wanted_units.begin(), wanted_units.end());
   Slot* least = nullptr;
   double least_score = 0;
   for (auto& slot : kept_experts_) {
@@ -389,9 +387,14 @@ void LayerLoader::begin_load(int unit, Slot& slot) {
   if (slot.buffer.capacity < plans_[static_cast<size_t>(unit)].buffer_bytes) {
     ensure_capacity(slot.buffer, std::max(plans_[static_cast<size_t>(unit)].buffer_bytes, slot.kept ? kept_expert_bytes_ : 0));
   }
+  if (slot.kept) {
+    if (slot.unit >= 0 && kept_holder_[static_cast<size_t>(slot.unit - model_.first_expert)] == &slot) {
+      kept_holder_[static_cast<size_t>(slot.unit - model_.first_expert)] = nullptr;
+    }
+    kept_holder_[static_cast<size_t>(unit - model_.first_expert)] = &slot;
+  }
   slot.state = SlotState::kLoading;
   slot.unit = unit;
-  if (slot.kept) kept_holder_[static_cast<size_t>(unit - model_.first_expert)] = &slot;
 }
 
 bool LayerLoader::drop_kept_buffer() {
@@ -410,8 +413,9 @@ bool LayerLoader::drop_kept_buffer() {
   }
   if (victim == kept_experts_.end()) return false;
   forget_kept(**victim);
-  for (Slot*& holder : kept_holder_) {
-    if (holder == victim->get()) holder = nullptr;
+  const int held = (*victim)->unit;
+  if (held >= 0 && kept_holder_[static_cast<size_t>(held - model_.first_expert)] == victim->get()) {
+    kept_holder_[static_cast<size_t>(held - model_.first_expert)] = nullptr;
   }
   const Buffer& buffer = (*victim)->buffer;
   allocated_bytes_ -= buffer.capacity;
@@ -430,6 +434,8 @@ bool LayerLoader::drop_kept_buffer() {
 bool LayerLoader::next_job(int* unit, Slot** slot) {
   if (cancelled_ || stopping_ || halted_) return false;
   const std::vector<int> window = lookahead();
+  std::vector<int> wanted = window;  // for kept_slot_for
+  std::sort(wanted.begin(), wanted.end());
   for (int u : window) {
     Slot* resident = resident_[static_cast<size_t>(u)].get();
     if (resident != nullptr) {
@@ -438,7 +444,7 @@ bool LayerLoader::next_job(int* unit, Slot** slot) {
       return true;
     }
     if (find_slot(u) != nullptr) continue;
-    if (Slot* kept = kept_slot_for(u, window)) {
+    if (Slot* kept = kept_slot_for(u, wanted)) {
       *unit = u;
       *slot = kept;
       return true;
@@ -594,7 +600,11 @@ const UnitWeights& LayerLoader::acquire(int unit) {
     // Load on this thread. The single ring buffer (or the unit's resident
     // buffer, or a kept expert's) is free: sync mode never has a second unit
     // in flight.
-    if (slot == nullptr) slot = kept_slot_for(unit, lookahead());
+    if (slot == nullptr) {
+      std::vector<int> wanted = lookahead();
+      std::sort(wanted.begin(), wanted.end());
+      slot = kept_slot_for(unit, wanted);
+    }
     if (slot == nullptr) slot = ring_.front().get();
     begin_load(unit, *slot);
     lock.unlock();

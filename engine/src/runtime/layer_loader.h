@@ -162,9 +162,9 @@ class LayerLoader {
   Slot* find_slot(int unit) const;
   // Under mutex_: a kept experts' buffer for loading expert `unit` now: a
   // free one, or the least used of those `unit` outweighs
-  // (ExpertUse::outweighs) and `window` does not want; null when it should
-  // stream through the ring.
-  Slot* kept_slot_for(int unit, const std::vector<int>& window);
+  // (ExpertUse::outweighs) and the lookahead does not want (`wanted`, its
+  // units sorted); null when it should stream through the ring.
+  Slot* kept_slot_for(int unit, const std::vector<int>& wanted);
   // Under mutex_: `slot` starts loading `unit` (what it kept, if anything, is gone).
   void begin_load(int unit, Slot& slot);
   // Under mutex_: a kept slot's expert is no longer in memory.
@@ -191,8 +191,8 @@ class LayerLoader {
   int ring_buffers_;  // what the budget allows of the ring asked for
   std::vector<std::unique_ptr<Slot>> kept_experts_;  // MemoryPlan::kept_expert_buffers
   const size_t kept_expert_bytes_;
-  // Per expert unit (- first_expert), the kept buffer it was last loaded
-  // into: it holds the unit while that buffer's unit is still this one.
+  // Per expert unit (- first_expert), the kept buffer holding or loading
+  // it (while that buffer is not free), or null.
   std::vector<Slot*> kept_holder_;
   // Natively, the kept buffers are parts of this one allocation (see the constructor).
   Buffer kept_arena_;
